@@ -1,0 +1,16 @@
+"""onebit_engine: a readable hybrid-LLM speculative-decoding engine (numpy, pluggable GEMM backends)."""
+from .config import TargetConfig
+from .errors import (
+    BackendUnavailable, CheckpointError, ConfigError, OnebitError, StateError, StateMismatch, WeightError,
+)
+from .gemm import get_backend, known_backends
+from .state import TargetState
+from .target import COMMIT_PATHS, Output, Target, load_target
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "TargetConfig", "Target", "TargetState", "Output", "load_target", "COMMIT_PATHS",
+    "get_backend", "known_backends",
+    "OnebitError", "ConfigError", "WeightError", "CheckpointError", "BackendUnavailable", "StateError", "StateMismatch",
+]

@@ -1,0 +1,76 @@
+"""The GEMM seam: the one interface every matrix product of the model goes through.
+
+A backend packs a float weight ``W [N, K]`` (PyTorch ``nn.Linear`` layout) once, at load time, and
+then computes ``y = x @ W.T`` for activations ``x [M, K]``. The model never branches on the backend;
+it only calls :class:`Linear`, which runs every product in fixed *row sets* of ``row_set`` rows
+(a short call is zero-padded up to the set). That is what makes results batch invariant: a row's
+output depends only on that row, never on how many other rows shared the call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class GemmBackend(Protocol):
+    """What a GEMM backend provides.
+
+    ``exact`` is the backend's claim that, inside one call of a fixed row count, a row's result does
+    not depend on its position or on the other rows (bitwise). The engine's exact claims (verify ==
+    single steps, commit paths == sequential reference, loop == plain greedy) are tested on, and
+    only made for, backends that set it.
+    """
+
+    name: str
+    exact: bool
+
+    def pack(self, weight: np.ndarray, *, name: str = "") -> Any:
+        """Pack ``weight`` float32 ``[N, K]`` into the backend's resident form."""
+
+    def matmul(self, x: np.ndarray, packed: Any) -> np.ndarray:
+        """``x`` float32 ``[M, K]`` -> float32 ``[M, N]`` (``x @ W.T``)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance: backend name, numerics, kernel set / manifest hash where there is one."""
+
+
+@dataclass
+class Linear:
+    """A projection bound to a backend and a row set. The only caller of ``backend.matmul``.
+
+    Shapes: ``x [M, K]`` -> ``[M, N]``; M is padded to a multiple of ``row_set`` and each chunk of
+    ``row_set`` rows is one backend call.
+    """
+
+    packed: Any
+    backend: GemmBackend
+    row_set: int
+    in_features: int
+    out_features: int
+    name: str = ""
+    calls: int = field(default=0, repr=False)
+
+    @classmethod
+    def from_weight(cls, weight: np.ndarray, backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
+        w = np.ascontiguousarray(weight, dtype=np.float32)
+        if w.ndim != 2:
+            raise ValueError(f"weight {name!r} must be 2-D [N, K], got shape {w.shape}")
+        return cls(backend.pack(w, name=name), backend, row_set, w.shape[1], w.shape[0], name)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        m = x.shape[0]
+        rs = self.row_set
+        out = np.empty((m, self.out_features), dtype=np.float32)
+        for r0 in range(0, m, rs):
+            chunk = x[r0 : r0 + rs]
+            n = chunk.shape[0]
+            if n < rs:
+                padded = np.zeros((rs, self.in_features), dtype=np.float32)
+                padded[:n] = chunk
+                chunk = padded
+            self.calls += 1
+            out[r0 : r0 + n] = self.backend.matmul(np.ascontiguousarray(chunk, dtype=np.float32), self.packed)[:n]
+        return out

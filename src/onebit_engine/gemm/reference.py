@@ -1,0 +1,37 @@
+"""The ``reference`` backend: float32 weights, numpy (BLAS) ``x @ W.T``.
+
+Exact in the engine's sense because of one measured fact, pinned by
+``tests/unit/test_gemm_invariance.py``: inside an OpenBLAS sgemm call of exactly ``BLAS_ROWS`` (8) rows,
+a row's result does not depend on its position or on the other rows. Other row counts do not all have
+that property (here 5-7 and 9-16 rows did not, and 3 rows did not when N == 1), so every multi-row call
+is run as 8-row blocks; a 1-row call is a single gemv and trivially row-independent.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+BLAS_ROWS = 8
+
+
+class ReferenceBackend:
+    name = "reference"
+    exact = True
+
+    def pack(self, weight: np.ndarray, *, name: str = "") -> np.ndarray:
+        # Stored transposed and contiguous [K, N] so every call is the same sgemm layout.
+        return np.ascontiguousarray(np.asarray(weight, dtype=np.float32).T)
+
+    def matmul(self, x: np.ndarray, packed: np.ndarray) -> np.ndarray:
+        m = x.shape[0]
+        if m == 1 or m == BLAS_ROWS:
+            return x @ packed
+        blocks = -(-m // BLAS_ROWS)
+        xp = np.zeros((blocks * BLAS_ROWS, x.shape[1]), np.float32)
+        xp[:m] = x
+        out = np.concatenate([xp[b * BLAS_ROWS : (b + 1) * BLAS_ROWS] @ packed for b in range(blocks)])
+        return out[:m]
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "numerics": "float32 numpy matmul in 8-row blocks", "kernel_set": "numpy-blas"}

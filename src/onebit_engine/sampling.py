@@ -1,0 +1,38 @@
+"""Turning logits into tokens: greedy at T = 0, otherwise a seeded draw from softmax(logits / T)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def probs(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits / T) in float64 over the last axis. Shapes: [..., V] -> [..., V]."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for a distribution, got {temperature}; use greedy() at T = 0")
+    z = np.asarray(logits, np.float64) / float(temperature)
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def greedy(logits: np.ndarray) -> int:
+    """argmax; ties go to the lowest id (numpy's rule), the same everywhere in the engine."""
+    return int(np.argmax(logits))
+
+
+def draw(p: np.ndarray, rng: np.random.Generator) -> int:
+    """One token from a probability vector by inverse CDF (one uniform per draw; zero-mass ids never win)."""
+    c = np.cumsum(p, dtype=np.float64)
+    u = rng.random() * c[-1]
+    i = int(np.searchsorted(c, u, side="right"))
+    i = min(i, len(p) - 1)
+    while p[i] <= 0:  # guard against landing on a zero-probability id at a float boundary
+        i -= 1
+    return i
+
+
+def choose(logits: np.ndarray, temperature: float, rng: np.random.Generator | None) -> int:
+    if temperature <= 0:
+        return greedy(logits)
+    if rng is None:
+        raise ValueError("sampling at temperature > 0 needs an rng (np.random.Generator); pass seed=")
+    return draw(probs(logits, temperature), rng)

@@ -1,0 +1,260 @@
+"""The hybrid target: Gated DeltaNet + gated attention decoder (Qwen3.5 / Qwen3.6 / Qwen3-Next dense).
+
+Reads top-down: the delta-net mixer, gated attention, MLP, decoder layer, then the model with its three
+entry points (``forward``, ``verify``, ``commit``). Exact math: ``hybrid-target.md`` section 3.
+
+Batch invariance by construction: tokens go through the network in chunks of ``row_set`` rows; every
+GEMM sees exactly ``row_set`` rows (zero-padded), every elementwise op sees arrays of the same shape,
+and the conv, the delta rule and attention run one row at a time with the same code. So ``forward`` on
+T tokens gives, row for row, the bits of T single-token calls, and a verify followed by a full commit
+leaves the state a plain step would.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .commit import COMMIT_PATHS, commit_verify
+from .config import TargetConfig
+from .errors import ConfigError, StateError
+from .gemm import Linear, get_backend
+from .gemm.base import GemmBackend
+from .ops.attention import attend_row
+from .ops.gated_delta import gdn_token
+from .ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
+from .ops.rope import apply_rope, cos_sin, inv_freq
+from .safetensors_io import load_folder_tensors, read_config
+from .state import GDNLayerState, KVLayerState, TargetState, VerifyRecord
+from .target_weights import check_and_map
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class Output:
+    """logits float32 [T, V]; hidden float32 [T, L, D]: the residual stream after each decoder layer
+    (pre-final-norm, HF ``output_hidden_states[l + 1]``) - the taps a DFlash draft reads."""
+
+    logits: np.ndarray
+    hidden: np.ndarray
+
+
+class _Recorder:
+    """Collects, during a verify, what commit needs (per GDN layer, per row)."""
+
+    def __init__(self, rows: int, per_row: bool):
+        self.rows, self.per_row = rows, per_row
+        self.mixed: dict[int, list] = {}
+        self.alpha: dict[int, list] = {}
+        self.beta: dict[int, list] = {}
+        self.states: dict[int, list] = {}
+
+    def add(self, layer: int, mixed, alpha, beta, st: GDNLayerState) -> None:
+        self.mixed.setdefault(layer, []).append(mixed.copy())
+        self.alpha.setdefault(layer, []).append(alpha.copy())
+        self.beta.setdefault(layer, []).append(beta.copy())
+        if self.per_row:
+            self.states.setdefault(layer, []).append(st.copy())
+
+
+class GatedDeltaNet:
+    """Linear-attention mixer. Shapes: h [R, D] -> [R, D] (R = row set, first n rows real)."""
+
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin):
+        self.cfg = cfg
+        self.in_proj_qkv = lin(p + "in_proj_qkv.weight")
+        self.in_proj_z = lin(p + "in_proj_z.weight")
+        self.in_proj_b = lin(p + "in_proj_b.weight")
+        self.in_proj_a = lin(p + "in_proj_a.weight")
+        self.out_proj = lin(p + "out_proj.weight")
+        self.conv_weight = np.ascontiguousarray(w[p + "conv1d.weight"][:, 0, :])  # [C, K]
+        self.neg_A = -np.exp(w[p + "A_log"].astype(F32))  # [HV]
+        self.dt_bias = w[p + "dt_bias"]
+        self.norm_weight = w[p + "norm.weight"]
+
+    def new_state(self) -> GDNLayerState:
+        c = self.cfg
+        return GDNLayerState(
+            np.zeros((c.conv_dim, c.linear_conv_kernel_dim - 1), F32),
+            np.zeros((c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim), F32),
+        )
+
+    def __call__(self, h, n, st: GDNLayerState, pos: int, layer: int, rec: _Recorder | None):
+        c = self.cfg
+        R = h.shape[0]
+        mixed = self.in_proj_qkv(h)  # [R, C]
+        z = self.in_proj_z(h).reshape(R, c.linear_num_value_heads, c.linear_value_head_dim)
+        beta = sigmoid(self.in_proj_b(h))  # [R, HV]
+        alpha = np.exp(self.neg_A * softplus(self.in_proj_a(h) + self.dt_bias))  # [R, HV], in (0, 1]
+        o = np.zeros((R, c.linear_num_value_heads, c.linear_value_head_dim), F32)
+        for t in range(n):
+            o[t], st.conv, st.rec = gdn_token(
+                st.conv, st.rec, mixed[t], alpha[t], beta[t], self.conv_weight,
+                c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim,
+            )
+            if rec is not None:
+                rec.add(layer, mixed[t], alpha[t], beta[t], st)
+        y = gated_rms_norm(o, z, self.norm_weight, c.rms_norm_eps).reshape(R, c.value_dim)
+        y[n:] = 0.0
+        return self.out_proj(y)
+
+
+class GatedAttention:
+    """Full attention with q/k norms, partial RoPE and a sigmoid output gate. h [R, D] -> [R, D]."""
+
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin):
+        self.cfg = cfg
+        self.q_proj, self.k_proj = lin(p + "q_proj.weight"), lin(p + "k_proj.weight")
+        self.v_proj, self.o_proj = lin(p + "v_proj.weight"), lin(p + "o_proj.weight")
+        self.q_norm, self.k_norm = w[p + "q_norm.weight"], w[p + "k_norm.weight"]
+        self.freqs = inv_freq(cfg.rot_dim, cfg.rope_theta)
+        self.scale = float(cfg.head_dim) ** -0.5
+
+    def new_state(self) -> KVLayerState:
+        return KVLayerState.empty(self.cfg.num_key_value_heads, self.cfg.head_dim)
+
+    def __call__(self, h, n, st: KVLayerState, pos: int, layer: int, rec):
+        c = self.cfg
+        R, H, HKV, hd = h.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        qg = self.q_proj(h).reshape(R, H, 2 * hd)  # per head [query | gate]
+        q, gate = qg[..., :hd], qg[..., hd:].reshape(R, H * hd)
+        q = rms_norm_zc(q, self.q_norm, c.rms_norm_eps)
+        k = rms_norm_zc(self.k_proj(h).reshape(R, HKV, hd), self.k_norm, c.rms_norm_eps)
+        v = self.v_proj(h).reshape(R, HKV, hd)
+        out = np.zeros((R, H, hd), F32)
+        for t in range(n):
+            cos, sin = cos_sin(pos + t, self.freqs)
+            st.append(apply_rope(k[t], cos, sin), v[t])
+            keys, values = st.prefix(st.length)
+            out[t] = attend_row(apply_rope(q[t], cos, sin), keys, values, self.scale)
+        y = out.reshape(R, H * hd) * sigmoid(gate)
+        y[n:] = 0.0
+        return self.o_proj(y)
+
+
+class DenseMLP:
+    def __init__(self, p: str, lin):
+        self.gate, self.up, self.down = lin(p + "gate_proj.weight"), lin(p + "up_proj.weight"), lin(p + "down_proj.weight")
+
+    def __call__(self, h):
+        return self.down(silu(self.gate(h)) * self.up(h))
+
+
+class DecoderLayer:
+    """Pre-norm block with two residuals: x + mixer(norm(x)), then + mlp(norm(.))."""
+
+    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin):
+        p = f"model.layers.{i}."
+        self.kind = cfg.layer_types[i]
+        mixer = GatedDeltaNet if self.kind == "linear_attention" else GatedAttention
+        sub = "linear_attn." if self.kind == "linear_attention" else "self_attn."
+        self.mixer = mixer(cfg, w, p + sub, lin)
+        self.mlp = DenseMLP(p + "mlp.", lin)
+        self.in_norm, self.post_norm = w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"]
+        self.eps = cfg.rms_norm_eps
+
+    def __call__(self, x, n, st, pos, layer, rec):
+        x = x + self.mixer(rms_norm_zc(x, self.in_norm, self.eps), n, st, pos, layer, rec)
+        return x + self.mlp(rms_norm_zc(x, self.post_norm, self.eps))
+
+
+class Target:
+    """The hybrid target model bound to one GEMM backend and one row set."""
+
+    def __init__(self, config: TargetConfig, weights: dict, *, backend: "str | GemmBackend" = "reference", row_set: int = 8):
+        if not isinstance(row_set, int) or row_set < 1:
+            raise ConfigError(f"row_set must be a positive integer, got {row_set!r}")
+        self.config, self.row_set = config, row_set
+        self.backend = get_backend(backend)
+        lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
+        self.embed_tokens = np.ascontiguousarray(weights["model.embed_tokens.weight"], dtype=F32)  # [V, D]
+        self.norm_weight = weights["model.norm.weight"]
+        head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+        self.lm_head = Linear.from_weight(weights[head], self.backend, row_set, "lm_head.weight")
+        self.layers = [DecoderLayer(config, weights, i, lin) for i in range(config.num_hidden_layers)]
+
+    def final_norm(self, x: np.ndarray) -> np.ndarray:
+        return rms_norm_zc(x, self.norm_weight, self.config.rms_norm_eps)
+
+    def new_state(self) -> TargetState:
+        return TargetState([layer.mixer.new_state() for layer in self.layers])
+
+    def forward(self, tokens: Sequence[int], state: TargetState) -> Output:
+        """Run T >= 1 tokens (a prefill or a plain step) and advance ``state`` by T."""
+        self._check_free(state, "forward")
+        return self._run(self._tokens(tokens), state, None)
+
+    def verify(self, tokens: Sequence[int], state: TargetState, *, checkpoints: bool = False) -> Output:
+        """The batched verify of ``[last, d1..dk]`` in one pass; records what ``commit`` needs.
+
+        With ``checkpoints=True`` the GDN state after every row is also kept (needed by
+        ``commit(path="checkpoint")``; memory: rows x (conv + recurrent state) per delta-net layer).
+        """
+        self._check_free(state, "verify")
+        toks = self._tokens(tokens)
+        gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
+        snapshot = {i: state.layers[i].copy() for i in gdn}
+        rec = _Recorder(len(toks), checkpoints)
+        start = state.pos
+        out = self._run(toks, state, rec)
+        stack = lambda d, i: np.stack(d[i]) if d.get(i) else np.zeros((0,), F32)  # noqa: E731
+        state.pending = VerifyRecord(
+            start_pos=start, rows=len(toks), snapshot=snapshot,
+            mixed={i: stack(rec.mixed, i) for i in gdn},
+            alpha={i: stack(rec.alpha, i) for i in gdn},
+            beta={i: stack(rec.beta, i) for i in gdn},
+            per_row={i: rec.states.get(i, []) for i in gdn} if checkpoints else None,
+        )
+        return out
+
+    def commit(self, state: TargetState, accepted_rows: int, *, path: str = "keep", replay_check: bool = False) -> None:
+        """Keep the first ``accepted_rows`` rows of the last verify (see ``commit.py``)."""
+        commit_verify(self, state, accepted_rows, path=path, replay_check=replay_check)
+
+    def _tokens(self, tokens) -> np.ndarray:
+        toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if toks.size == 0:
+            raise ValueError("tokens is empty; forward/verify need at least one token")
+        bad = toks[(toks < 0) | (toks >= self.config.vocab_size)]
+        if bad.size:
+            raise ValueError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
+        return toks
+
+    @staticmethod
+    def _check_free(state: TargetState, what: str) -> None:
+        if state.pending is not None:
+            raise StateError(
+                f"{what}() called while a verify of {state.pending.rows} rows is not committed; "
+                f"call commit(state, accepted_rows) first"
+            )
+
+    def _run(self, toks: np.ndarray, state: TargetState, rec: _Recorder | None) -> Output:
+        cfg, rs = self.config, self.row_set
+        T, L, D = len(toks), cfg.num_hidden_layers, cfg.hidden_size
+        logits = np.empty((T, cfg.vocab_size), F32)
+        hidden = np.empty((T, L, D), F32)
+        for c0 in range(0, T, rs):
+            chunk = toks[c0 : c0 + rs]
+            n = len(chunk)
+            x = np.zeros((rs, D), F32)  # [R, D], rows >= n are zero padding
+            x[:n] = self.embed_tokens[chunk]
+            for i, layer in enumerate(self.layers):
+                x = layer(x, n, state.layers[i], state.pos, i, rec)
+                hidden[c0 : c0 + n, i] = x[:n]
+            logits[c0 : c0 + n] = self.lm_head(self.final_norm(x))[:n]
+            state.pos += n
+        return Output(logits, hidden)
+
+
+def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8) -> Target:
+    """Load a Hugging Face checkpoint folder (config.json + *.safetensors, single or sharded)."""
+    folder = Path(path)
+    config = TargetConfig.from_hf(read_config(folder))
+    weights = check_and_map(load_folder_tensors(folder), config, str(folder))
+    return Target(config, weights, backend=backend, row_set=row_set)
+
+
+__all__ = ["Target", "Output", "load_target", "COMMIT_PATHS"]

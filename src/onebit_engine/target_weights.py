@@ -1,0 +1,116 @@
+"""Checkpoint tensor names of the hybrid target: what must be there, and the mapping to engine form.
+
+Engine names are the Qwen3.5 "split" names under ``model.``. The Qwen3.5 VL layout
+(``model.language_model.``) is re-keyed; ``model.visual.*`` and ``mtp.*`` are ignored. Qwen3-Next's
+grouped ``in_proj_qkvz`` / ``in_proj_ba`` are regrouped into the split form (a row permutation).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import TargetConfig
+from .errors import WeightError
+
+IGNORED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
+
+
+def file_shapes(cfg: TargetConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the file must hold (after the VL prefix is stripped) with its shape."""
+    D, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    HV, dv, K = cfg.linear_num_value_heads, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim
+    H, HKV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
+    if not cfg.tie_word_embeddings:
+        s["lm_head.weight"] = (V, D)
+    for i, kind in enumerate(cfg.layer_types):
+        p = f"model.layers.{i}."
+        s[p + "input_layernorm.weight"] = (D,)
+        s[p + "post_attention_layernorm.weight"] = (D,)
+        s[p + "mlp.gate_proj.weight"] = (I, D)
+        s[p + "mlp.up_proj.weight"] = (I, D)
+        s[p + "mlp.down_proj.weight"] = (D, I)
+        if kind == "linear_attention":
+            a = p + "linear_attn."
+            if cfg.layout == "grouped":
+                s[a + "in_proj_qkvz.weight"] = (2 * cfg.key_dim + 2 * cfg.value_dim, D)
+                s[a + "in_proj_ba.weight"] = (2 * HV, D)
+            else:
+                s[a + "in_proj_qkv.weight"] = (cfg.conv_dim, D)
+                s[a + "in_proj_z.weight"] = (cfg.value_dim, D)
+                s[a + "in_proj_b.weight"] = (HV, D)
+                s[a + "in_proj_a.weight"] = (HV, D)
+            s[a + "conv1d.weight"] = (cfg.conv_dim, 1, K)
+            s[a + "A_log"] = (HV,)
+            s[a + "dt_bias"] = (HV,)
+            s[a + "norm.weight"] = (dv,)
+            s[a + "out_proj.weight"] = (D, cfg.value_dim)
+        else:
+            a = p + "self_attn."
+            s[a + "q_proj.weight"] = (2 * H * hd, D)
+            s[a + "k_proj.weight"] = (HKV * hd, D)
+            s[a + "v_proj.weight"] = (HKV * hd, D)
+            s[a + "o_proj.weight"] = (D, H * hd)
+            s[a + "q_norm.weight"] = (hd,)
+            s[a + "k_norm.weight"] = (hd,)
+    return s
+
+
+def normalize_names(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Strip the VL text prefix and drop the ignored vision / MTP tensors."""
+    out = {}
+    for name, arr in raw.items():
+        if name.startswith("model.language_model."):
+            name = "model." + name[len("model.language_model."):]
+        if name.startswith(IGNORED_PREFIXES):
+            continue
+        out[name] = arr
+    return out
+
+
+def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) -> dict[str, np.ndarray]:
+    """Validate every tensor at once, then return float32 engine-form weights."""
+    tensors = normalize_names(raw)
+    want = file_shapes(cfg)
+    if cfg.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)  # tied: the embedding is the head, whatever the file says
+    problems = []
+    missing = sorted(set(want) - set(tensors))
+    unknown = sorted(set(tensors) - set(want))
+    if missing:
+        problems.append(f"{len(missing)} missing tensor(s): " + ", ".join(missing))
+    if unknown:
+        problems.append(f"{len(unknown)} unknown tensor(s): " + ", ".join(unknown))
+    for name in sorted(set(want) & set(tensors)):
+        if tuple(tensors[name].shape) != want[name]:
+            problems.append(f"shape mismatch {name}: file {tuple(tensors[name].shape)}, config needs {want[name]}")
+    if problems:
+        raise WeightError(
+            f"checkpoint {source} does not match its config ({cfg.model_type}, {cfg.num_hidden_layers} layers, "
+            f"hidden {cfg.hidden_size}):\n  " + "\n  ".join(problems)
+            + "\nFix the config.json or re-export the weights; nothing was loaded."
+        )
+    w = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+    if cfg.layout == "grouped":
+        _regroup(w, cfg)
+    return w
+
+
+def _regroup(w: dict[str, np.ndarray], cfg: TargetConfig) -> None:
+    """Qwen3-Next: per key head g the rows are [q_g | k_g | v_g (r heads) | z_g (r heads)], [b_g | a_g]."""
+    HK, dk, dv = cfg.linear_num_key_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    r = cfg.linear_num_value_heads // HK
+    D = cfg.hidden_size
+    for i, kind in enumerate(cfg.layer_types):
+        if kind != "linear_attention":
+            continue
+        a = f"model.layers.{i}.linear_attn."
+        qkvz = w.pop(a + "in_proj_qkvz.weight").reshape(HK, 2 * dk + 2 * r * dv, D)
+        q, k = qkvz[:, :dk], qkvz[:, dk : 2 * dk]
+        v, z = qkvz[:, 2 * dk : 2 * dk + r * dv], qkvz[:, 2 * dk + r * dv :]
+        w[a + "in_proj_qkv.weight"] = np.ascontiguousarray(
+            np.concatenate([q.reshape(-1, D), k.reshape(-1, D), v.reshape(-1, D)])
+        )
+        w[a + "in_proj_z.weight"] = np.ascontiguousarray(z.reshape(-1, D))
+        ba = w.pop(a + "in_proj_ba.weight").reshape(HK, 2 * r, D)
+        w[a + "in_proj_b.weight"] = np.ascontiguousarray(ba[:, :r].reshape(-1, D))
+        w[a + "in_proj_a.weight"] = np.ascontiguousarray(ba[:, r:].reshape(-1, D))
