@@ -18,6 +18,9 @@ def _install(session: nox.Session, extras: str) -> None:
     session.install("--upgrade", "pip")
     session.install(TORCH)
     session.install("-e", f".[{extras}]")
+    # z-lab's DFlash reference (torch): its own pins (datasets, an older transformers) are not needed to
+    # import dflash.model, so it is installed without them.
+    session.install("--no-deps", "dflash==0.1.0")
 
 
 @nox.session(python="3.11")

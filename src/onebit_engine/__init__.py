@@ -6,11 +6,15 @@ from .errors import (
 from .gemm import get_backend, known_backends
 from .state import TargetState
 from .target import COMMIT_PATHS, Output, Target, load_target
+from .generate import GenerateResult, generate
+from .speculative import RoundStats, SpecResult, speculative_generate
+from .draft import Draft, load_draft
 
 __version__ = "0.1.0"
 
 __all__ = [
     "TargetConfig", "Target", "TargetState", "Output", "load_target", "COMMIT_PATHS",
-    "get_backend", "known_backends",
+    "get_backend", "known_backends", "generate", "GenerateResult", "speculative_generate", "SpecResult",
+    "RoundStats", "Draft", "load_draft",
     "OnebitError", "ConfigError", "WeightError", "CheckpointError", "BackendUnavailable", "StateError", "StateMismatch",
 ]

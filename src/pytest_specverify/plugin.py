@@ -1,8 +1,271 @@
-"""pytest_specverify: the hook surface (markers now; options and checks build on it)."""
+"""pytest_specverify: the hook surface (options, markers, header, device gating, fixtures).
+
+Everything heavy (numpy, hypothesis, the engine, pyxrt) is imported inside hooks or fixtures, so
+loading this plugin in an unrelated pytest run costs nothing. The logic lives in plain modules.
+"""
 from __future__ import annotations
+
+import pytest
+
+from .session import Settings, k_list
+
+SETTINGS = pytest.StashKey[Settings]()
+
+MARKERS = {
+    "device": "device: needs the NPU (/dev/accel/accel* and pyxrt); skipped with the reason when absent, "
+              "an error with --specverify-require-device",
+    "host_gemm": "host_gemm: runs the device numerics on the host emulation (no NPU needed)",
+    "replay_check": "replay_check: runs commits with the replay check on (kept state == replayed state)",
+}
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("specverify", "speculative-decoding verification (pytest-specverify)")
+    add = g.addoption
+    add("--specverify-port", metavar="NAME", default="onebit",
+        help="port to verify (entry-point group 'specverify.ports'). Default: %(default)r")
+    add("--specverify-backend", metavar="NAME", default=None,
+        help="GEMM backend the port is built with (None: the port's default). Default: %(default)r")
+    add("--specverify-row-set", metavar="N", type=int, default=None,
+        help="row set (GEMM rows per call) the port is built with (None: the port's default). Default: %(default)r")
+    add("--specverify-prompts", metavar="SET", default="default", choices=("default", "code", "prose", "random", "all"),
+        help="prompt set: default, code, prose, random or all. Default: %(default)r")
+    add("--specverify-num-prompts", metavar="N", type=int, default=10,
+        help="number of prompts in the greedy-identity matrix. Default: %(default)r")
+    add("--specverify-k", metavar="K,K,...", type=k_list, default=(0, 1, 3),
+        help="draft counts k for the commit checks (the loop checks use the largest). Default: %(default)r")
+    add("--specverify-profile", metavar="NAME", default=None,
+        help="tolerance profile (exact, fp32, fp16, npu; None: the port's declared one). Default: %(default)r")
+    add("--specverify-seed", metavar="INT", type=int, default=0,
+        help="base seed; each test uses seed + crc32(nodeid). Default: %(default)r")
+    add("--specverify-samples", metavar="N", type=int, default=1200,
+        help="seeded runs in the sampling-distribution check. Default: %(default)r")
+    add("--specverify-require-device", action="store_true", default=False,
+        help="error (instead of skip) when a 'device' test finds no NPU; nox -s device passes it. Default: %(default)r")
+
+
+def pytest_addhooks(pluginmanager):
+    from . import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "device: needs a real AMD XDNA NPU (skipped when absent)")
-    config.addinivalue_line("markers", "host_gemm: runs the device numerics on the host emulation")
-    config.addinivalue_line("markers", "replay_check: runs commits with the replay check on")
+    for line in MARKERS.values():
+        config.addinivalue_line("markers", line)
+    opt = config.getoption
+    config.stash[SETTINGS] = Settings(
+        port=opt("specverify_port"), backend=opt("specverify_backend"), row_set=opt("specverify_row_set"),
+        prompt_set=opt("specverify_prompts"), num_prompts=opt("specverify_num_prompts"), k_values=tuple(opt("specverify_k")),
+        profile=opt("specverify_profile"), seed=opt("specverify_seed"), samples=opt("specverify_samples"),
+        require_device=opt("specverify_require_device"),
+    )
+
+
+def _settings(config) -> Settings:
+    s = config.stash[SETTINGS]
+    if s.device is None:
+        from .device import detect_device
+
+        s.device = config.hook.pytest_specverify_device_status(config=config) or detect_device()
+    return s
+
+
+def pytest_report_header(config):
+    s = _settings(config)
+    dev = ("present: " if s.device.present else "absent: ") + s.device.reason
+    return [f"specverify: port={s.port} backend={s.backend or 'port default'} row_set={s.row_set or 'port default'} "
+            f"seed={s.seed} profile={s.profile or 'port default'} k={','.join(map(str, s.k_values))} "
+            f"prompts={s.prompt_set}x{s.num_prompts}",
+            f"specverify device: {dev}" + (" (required)" if s.require_device else "")]
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("device") is None:
+        return
+    s = _settings(item.config)
+    if s.device.present:
+        return
+    if s.require_device:
+        pytest.fail(f"--specverify-require-device is set but {s.device.reason}", pytrace=False)
+    pytest.skip(f"needs the NPU: {s.device.reason}")
+
+
+def pytest_generate_tests(metafunc):
+    if "specverify_prompt" in metafunc.fixturenames:
+        from .prompts import select
+
+        s = metafunc.config.stash[SETTINGS]
+        chosen = select(s.prompt_set, s.num_prompts, s.seed)
+        metafunc.parametrize("specverify_prompt", chosen, ids=[p.id for p in chosen])
+
+
+# -- fixtures: infrastructure --------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def specverify_settings(request) -> Settings:
+    return _settings(request.config)
+
+
+@pytest.fixture(scope="session")
+def specverify_port(specverify_settings):
+    """The port under test, from --specverify-port. Override this fixture in a conftest.py to verify
+    your own port without an entry point."""
+    from .ports import load_port_factory
+    from .protocol import PortOptions
+
+    s = specverify_settings
+    return load_port_factory(s.port)(PortOptions(backend=s.backend, row_set=s.row_set, seed=s.seed))
+
+
+@pytest.fixture
+def specverify_tolerance(specverify_port, specverify_settings):
+    """The tolerance profile: --specverify-profile, else the port's declared ``tolerance``."""
+    from .tolerance import profile
+
+    return profile(specverify_settings.profile or specverify_port.tolerance)
+
+
+@pytest.fixture
+def specverify_seed(request, specverify_settings) -> int:
+    return specverify_settings.test_seed(request.node.nodeid)
+
+
+@pytest.fixture
+def specverify_rng(specverify_seed):
+    import numpy as np
+
+    return np.random.default_rng(specverify_seed)
+
+
+@pytest.fixture
+def specverify_prompt():
+    """Parametrized by pytest_generate_tests over the selected prompt set; this body is a fallback."""
+    from .prompts import shipped
+
+    return shipped()[0]
+
+
+@pytest.fixture
+def specverify_prompt_ids(specverify_prompt, specverify_port) -> list[int]:
+    return specverify_prompt.tokens(specverify_port)
+
+
+@pytest.fixture
+def forcing_draft(specverify_port, specverify_tolerance):
+    """``forcing_draft(prompt_ids, pattern, max_new_tokens)`` -> a ForcingDraft over the port's own plain
+    greedy text (round r keeps ``pattern[r % len]`` correct drafts)."""
+    import numpy as np
+
+    from .drafts import ForcingDraft, cycle_script
+
+    port, tol = specverify_port, specverify_tolerance
+
+    def make(prompt, pattern, max_new_tokens: int):
+        seq = list(prompt) + list(port.generate(prompt, max_new_tokens=max_new_tokens + max(pattern) + 2))
+        taps = port.prefill(port.new_state(), seq).taps
+        same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b))) if taps is not None else None
+        return ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same)
+
+    return make
+
+
+@pytest.fixture
+def self_draft(specverify_port):
+    """``self_draft(prompt_ids)`` -> a draft that is the target itself."""
+    from .drafts import SelfDraft
+
+    return lambda prompt: SelfDraft(specverify_port, prompt)
+
+
+# -- fixtures: the checks, bound to the port, the profile and the options -------------------------------
+def _bound(request, fn, **bound):
+    from .protocol import NotSupported
+
+    def call(*args, **kwargs):
+        try:
+            report = fn(*args, **{**bound, **kwargs})
+        except NotSupported as exc:
+            pytest.skip(str(exc))
+        if report is not None:
+            request.node.user_properties.append((getattr(report, "name", fn.__name__), repr(getattr(report, "metrics", report))))
+        return report
+
+    return call
+
+
+@pytest.fixture
+def check_commit_equivalence(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
+    """``check_commit_equivalence(prompt_ids, k_values=None, paths=None)``: check 1."""
+    from .checks import commit_equivalence
+
+    s = specverify_settings
+    f = _bound(request, commit_equivalence, tol=specverify_tolerance, seed=specverify_seed)
+    return lambda prompt, k_values=None, **kw: f(specverify_port, prompt, k_values or s.k_values, **kw)
+
+
+@pytest.fixture
+def check_greedy_identity(request, specverify_port, specverify_tolerance, specverify_settings):
+    """``check_greedy_identity(prompt_ids, draft=None, k=None, max_new_tokens=None)``: check 2 (default
+    draft: the port's own ``make_draft()``). Returns the report with accept rate and tokens/round."""
+    from .checks import greedy_identity
+
+    s = specverify_settings
+    f = _bound(request, greedy_identity, tol=specverify_tolerance)
+
+    def run(prompt, draft=None, *, k=None, max_new_tokens=None, **kw):
+        from .protocol import NotSupported
+
+        try:
+            d = draft if draft is not None else specverify_port.make_draft()
+        except NotSupported as exc:
+            pytest.skip(str(exc))
+        return f(specverify_port, prompt, d, k=k or s.spec_k, max_new_tokens=max_new_tokens or s.max_new_tokens, **kw)
+
+    return run
+
+
+@pytest.fixture
+def check_forced_acceptance(request, specverify_port, specverify_tolerance, specverify_settings):
+    """``check_forced_acceptance(prompt_ids, k=None, pattern=None, commit_path=None)``: every accept count
+    0..k on purpose, counted."""
+    from .checks import forced_acceptance
+
+    f = _bound(request, forced_acceptance, tol=specverify_tolerance)
+    return lambda prompt, k=None, **kw: f(specverify_port, prompt, k=k or specverify_settings.spec_k, **kw)
+
+
+@pytest.fixture
+def check_self_draft(request, specverify_port, specverify_tolerance, specverify_settings):
+    from .checks import self_draft_accepts_all
+
+    s = specverify_settings
+    f = _bound(request, self_draft_accepts_all, tol=specverify_tolerance)
+    return lambda prompt, k=None, max_new_tokens=None, **kw: f(
+        specverify_port, prompt, k=k or s.spec_k, max_new_tokens=max_new_tokens or s.max_new_tokens, **kw)
+
+
+@pytest.fixture
+def check_replay(request, specverify_port, specverify_settings, specverify_seed):
+    """``check_replay(prompt_ids)``: check 3 (full accepts: kept state == replayed state, max diff 0)."""
+    from .checks import replay_matches_keep
+
+    f = _bound(request, replay_matches_keep, seed=specverify_seed)
+    return lambda prompt, k_values=None: f(specverify_port, prompt, k_values or specverify_settings.k_values)
+
+
+@pytest.fixture
+def check_sampling(request, specverify_port, specverify_settings, specverify_seed):
+    """``check_sampling(prompt_ids, samples=None)``: check 4 (distribution preservation at T > 0)."""
+    from .sampling import sampling_distribution
+
+    f = _bound(request, sampling_distribution, seed=specverify_seed)
+    return lambda prompt, samples=None, **kw: f(specverify_port, prompt, samples=samples or specverify_settings.samples, **kw)
+
+
+@pytest.fixture
+def check_fuzz(request, specverify_port, specverify_tolerance, specverify_settings):
+    """``check_fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``: check 5 (Hypothesis state machine)."""
+    from .fuzz import run_commit_fuzz
+
+    f = _bound(request, run_commit_fuzz, tol=specverify_tolerance)
+    return lambda prompt, k_max=None, **kw: f(specverify_port, prompt, k_max=k_max or specverify_settings.spec_k, **kw)

@@ -1,0 +1,245 @@
+"""The DFlash / DFlash 2 block-diffusion draft, forward in numpy (dflash.md sections 2.1-2.6).
+
+One round: the committed context reaches the draft as target hidden rows ("taps"); each draft layer
+projects the fused feature ``c = hidden_norm(fc(concat taps))`` with its own k_proj/v_proj ("KV
+injection", cached in :class:`DraftState`). The block ``[anchor, MASK x n]`` at positions
+``s..s+n`` then runs once through the layers (pre-norm residual, Qwen3 attention with q/k norm then
+RoPE, SwiGLU MLP; DFlash 2 wraps both sublayers in a grouped dynamic conv), is final-normed, and the
+target's lm_head turns rows 1..n into draft logits (x output_multiplier, then softcap).
+
+Attention of block query q (absolute position) over keys k (context 0..s-1, block s..s+n) in layer i::
+
+    visible = (not causal[i] or k <= q) and (window[i] is None or (q - k < W and (causal[i] or k - q < W)))
+
+which is always one contiguous key range, so each query row runs ``ops.attention.attend_row`` on a
+slice: a row's result never depends on how many rows the block has beyond what it may see.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+from ..errors import StateError
+from ..gemm import Linear
+from ..ops.attention import attend_row
+from ..ops.norm import rms_norm, silu
+from ..ops.rope import inv_freq
+from .config import DraftConfig
+from .conv import GroupedDynamicConv
+from .selector import CandidateSelector, sample_index, softmax
+from .state import DraftState
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class DraftLayer:
+    """Weights of one decoder layer; norms float32 [H] (q_norm/k_norm [hd]); convs only for DFlash 2."""
+
+    input_layernorm: np.ndarray
+    post_attention_layernorm: np.ndarray
+    q_proj: Linear
+    k_proj: Linear
+    v_proj: Linear
+    o_proj: Linear
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    gate_proj: Linear
+    up_proj: Linear
+    down_proj: Linear
+    attention_conv: GroupedDynamicConv | None = None
+    mlp_conv: GroupedDynamicConv | None = None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One draft call's output (n = n_draft).
+
+    ``tokens`` int64 [n]; ``q`` float32 [n, V]: the distribution each token was drawn from (T > 0:
+    softmax(logits / T) for v1, the selector's q_t on its k candidates for v2; T = 0: one-hot of the
+    greedy choice); ``hidden`` float32 [n + 1, H] final-normed block rows (row 0 = anchor);
+    ``logits`` float32 [n, V] after output_multiplier and softcap.
+    """
+
+    tokens: np.ndarray
+    q: np.ndarray
+    hidden: np.ndarray
+    logits: np.ndarray
+
+
+class Draft:
+    """A loaded draft bound to its target's embedding table and lm_head (see ``loader.load_draft``)."""
+
+    def __init__(
+        self,
+        config: DraftConfig,
+        *,
+        fc: Linear,
+        hidden_norm: np.ndarray,
+        norm: np.ndarray,
+        layers: list[DraftLayer],
+        embed_tokens: np.ndarray,
+        lm_head: Linear,
+        num_target_layers: int,
+        selector: CandidateSelector | None = None,
+    ):
+        self.config = config
+        self.fc, self.hidden_norm, self.norm = fc, hidden_norm, norm
+        self.layers = layers
+        self.embed_tokens = embed_tokens  # [V, H], the target's raw table
+        self.lm_head = lm_head  # the target's, H -> V
+        self.num_target_layers = num_target_layers
+        self.selector = selector
+        self.inv_freq = inv_freq(config.head_dim, config.rope_theta)  # [hd / 2]
+        self.tap_index = np.asarray(config.target_layer_ids, dtype=np.int64)
+
+    def new_state(self) -> DraftState:
+        c = self.config
+        return DraftState(c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+
+    # -- context ------------------------------------------------------------------------------
+    def context_features(self, taps: np.ndarray) -> np.ndarray:
+        """``c = hidden_norm(fc(concat taps at target_layer_ids))``. Shapes: taps [T, L_target, H] -> [T, H]."""
+        if taps.ndim != 3 or taps.shape[1] != self.num_target_layers or taps.shape[2] != self.config.hidden_size:
+            raise ValueError(
+                f"taps must be float32 [T, {self.num_target_layers}, {self.config.hidden_size}] (target Output.hidden "
+                f"rows: every target layer's output), got shape {taps.shape}"
+            )
+        feats = taps[:, self.tap_index, :].reshape(taps.shape[0], -1).astype(F32)  # [T, n_feat * H]
+        return rms_norm(self.fc(feats), self.hidden_norm, self.config.rms_norm_eps)
+
+    def append_context(self, state: DraftState, taps: np.ndarray) -> None:
+        """Cache every layer's context K/V for the next T committed positions; ``state.length += T``."""
+        t = taps.shape[0]
+        if t == 0:
+            return
+        c = self.context_features(taps)
+        cos, sin = self._cos_sin(np.arange(state.length, state.length + t))
+        for i, layer in enumerate(self.layers):
+            k, v = self._kv(layer, c, cos, sin)  # [Hk, T, hd] each
+            state.append(i, k, v)
+        state.advance(t)
+
+    # -- block --------------------------------------------------------------------------------
+    def forward_block(self, state: DraftState, tokens: np.ndarray) -> np.ndarray:
+        """Run the block once. Shapes: tokens int [B'] at positions state.length.. -> final-normed hidden [B', H]."""
+        c = self.config
+        b = tokens.shape[0]
+        s = state.length
+        h = self.embed_tokens[tokens].astype(F32) * F32(c.input_embedding_scale)  # [B', H]
+        cos, sin = self._cos_sin(np.arange(s, s + b))
+        for i, layer in enumerate(self.layers):
+            x = rms_norm(h, layer.input_layernorm, c.rms_norm_eps)
+            dyn_a = None
+            if layer.attention_conv is not None:
+                x, dyn_a = layer.attention_conv.prepare(x)
+            a = self._attention(i, layer, x, state, cos, sin)
+            if dyn_a is not None:
+                a = layer.attention_conv.finish(a, dyn_a)
+            h = h + a
+            x = rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps)
+            dyn_m = None
+            if layer.mlp_conv is not None:
+                x, dyn_m = layer.mlp_conv.prepare(x)
+            m = layer.down_proj(silu(layer.gate_proj(x)) * layer.up_proj(x))
+            if dyn_m is not None:
+                m = layer.mlp_conv.finish(m, dyn_m)
+            h = h + m
+        return rms_norm(h, self.norm, c.rms_norm_eps)
+
+    def compute_logits(self, hidden: np.ndarray) -> np.ndarray:
+        """``lm_head(hidden) * output_multiplier``, then ``cap * tanh(z / cap)``. Shapes: [n, H] -> [n, V]."""
+        z = self.lm_head(hidden) * F32(self.config.output_multiplier)
+        cap = self.config.final_logit_softcapping
+        if cap is not None:
+            z = (np.tanh(z / F32(cap)) * F32(cap)).astype(F32)
+        return z
+
+    def propose(
+        self,
+        state: DraftState,
+        anchor_token: int,
+        n_draft: int,
+        *,
+        temperature: float = 0.0,
+        rng: np.random.Generator | None = None,
+    ) -> Proposal:
+        """Draft ``n_draft`` tokens after ``anchor_token`` (the last committed token, at position state.length).
+
+        The block is ``[anchor, MASK x n_draft]`` (REF-NEW shrinks it the same way near the end).
+        v1: argmax per row (T = 0) or one sample per row from softmax(logits / T) with ``rng``;
+        v2: the candidate-path selector walk. The state is not modified.
+        """
+        c = self.config
+        if not 1 <= n_draft <= c.block_size - 1:
+            raise StateError(
+                f"n_draft={n_draft} is outside 1..{c.block_size - 1} (block_size {c.block_size} minus the anchor); "
+                f"ask for fewer drafts"
+            )
+        if temperature < 0:
+            raise ValueError(f"temperature {temperature} must be >= 0")
+        block = np.full(n_draft + 1, c.mask_token_id, dtype=np.int64)
+        block[0] = int(anchor_token)
+        hidden = self.forward_block(state, block)
+        logits = self.compute_logits(hidden[1:])
+        if self.selector is not None:
+            tokens, q = self.selector.select(hidden[1:], logits, int(anchor_token), temperature, rng)
+        elif temperature > 0:
+            q = softmax(logits / F32(temperature))
+            tokens = np.array([sample_index(row, rng) for row in q], dtype=np.int64)
+        else:
+            tokens = np.argmax(logits, axis=-1).astype(np.int64)
+            q = np.zeros_like(logits)
+            q[np.arange(n_draft), tokens] = 1.0
+        return Proposal(tokens=tokens, q=q, hidden=hidden, logits=logits)
+
+    # -- pieces -------------------------------------------------------------------------------
+    def _cos_sin(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin [T, hd] (angles in float32, as HF)."""
+        ang = positions.astype(F32)[:, None] * self.inv_freq[None, :]
+        emb = np.concatenate([ang, ang], axis=-1)
+        return np.cos(emb).astype(F32), np.sin(emb).astype(F32)
+
+    def _heads(self, y: np.ndarray, n_heads: int, weight: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """Split to heads, per-head RMSNorm, then rotate-half RoPE. Shapes: y [T, n*hd] -> [n, T, hd]."""
+        hd = self.config.head_dim
+        x = rms_norm(y.reshape(y.shape[0], n_heads, hd), weight, self.config.rms_norm_eps)  # [T, n, hd]
+        half = hd // 2
+        rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        x = x * cos[:, None, :] + rot * sin[:, None, :]
+        return np.ascontiguousarray(x.transpose(1, 0, 2))
+
+    def _kv(self, layer: DraftLayer, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """K (normed, rotated) and V of rows x. Shapes: x [T, H] -> [Hk, T, hd] each."""
+        c = self.config
+        k = self._heads(layer.k_proj(x), c.num_key_value_heads, layer.k_norm, cos, sin)
+        v = layer.v_proj(x).reshape(x.shape[0], c.num_key_value_heads, c.head_dim).transpose(1, 0, 2)
+        return k, np.ascontiguousarray(v)
+
+    def _attention(
+        self, i: int, layer: DraftLayer, x: np.ndarray, state: DraftState, cos: np.ndarray, sin: np.ndarray
+    ) -> np.ndarray:
+        """Block rows attend to [context; block] keys. Shapes: x [B', H] -> o_proj output [B', H]."""
+        c = self.config
+        b, s = x.shape[0], state.length
+        q = self._heads(layer.q_proj(x), c.num_attention_heads, layer.q_norm, cos, sin)  # [Hq, B', hd]
+        kb, vb = self._kv(layer, x, cos, sin)  # [Hk, B', hd]
+        kc, vc = state.view(i)
+        keys = np.concatenate([kc, kb], axis=1)  # [Hk, s + B', hd], index = absolute position
+        values = np.concatenate([vc, vb], axis=1)
+        causal, window = c.causal[i], c.windows[i]
+        out = np.empty((b, c.num_attention_heads * c.head_dim), F32)
+        for j in range(b):
+            lo, hi = visible_range(s + j, s + b, causal, window)
+            out[j] = attend_row(q[:, j], keys[:, lo:hi], values[:, lo:hi], c.head_dim**-0.5).reshape(-1)
+        return layer.o_proj(out)
+
+
+def visible_range(qpos: int, end: int, causal: bool, window: int | None) -> tuple[int, int]:
+    """Keys [lo, hi) a query at absolute position ``qpos`` sees, with keys 0..end-1 present (dflash.md 2.4)."""
+    lo, hi = 0, (qpos + 1 if causal else end)
+    if window is not None:
+        lo = max(lo, qpos - window + 1)
+        if not causal:
+            hi = min(hi, qpos + window)
+    return lo, hi

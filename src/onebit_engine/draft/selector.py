@@ -1,0 +1,99 @@
+"""DFlash 2 candidate-path selector (REF-NEW ``CandidateSelector.select``, dflash.md 2.6).
+
+For the draft rows t = 1..n (logits z[t], post-norm hidden h[t])::
+
+    cand[t] = top-k(z[t]);   U[t, j] = z[t, cand[t, j]]
+    hp[t]   = W_hp h[t]                                   # rank r
+    prev    = anchor
+    score_j = U[t, j] + sum_r A[prev, r] hp[t, r] Bc[cand[t, j], r]   # A predecessor, Bc successor codebook
+    greedy: j* = argmax score;   T > 0: q_t = softmax(score / T) over the k candidates, j* ~ q_t
+    token_t = prev = cand[t, j*]
+
+Only this walk is sequential. The draft distribution of row t is q_t spread over the full vocabulary
+(zeros outside the k candidates); at T = 0 it is the one-hot of the greedy choice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gemm import Linear
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class CandidateSelector:
+    """``hidden_projection`` Linear H -> r; codebooks float32 [V, r]; ``top_k`` candidates per row."""
+
+    hidden_projection: Linear
+    predecessor_codebook: np.ndarray
+    successor_codebook: np.ndarray
+    top_k: int
+
+    def select(
+        self, hidden: np.ndarray, logits: np.ndarray, anchor: int, temperature: float, rng: np.random.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Walk the candidate lattice. Shapes: hidden [n, H], logits [n, V] -> (tokens int64 [n], q float32 [n, V])."""
+        cand, unary = top_candidates(logits, self.top_k)
+        hp = self.hidden_projection(hidden)  # [n, r]
+        n, v = logits.shape
+        tokens = np.empty(n, np.int64)
+        q = np.zeros((n, v), F32)
+        prev = int(anchor)
+        for t in range(n):
+            pair = (self.predecessor_codebook[prev] * hp[t]) @ self.successor_codebook[cand[t]].T  # [k]
+            score = unary[t] + pair
+            if temperature > 0:
+                qt = softmax(score / F32(temperature))
+                j = sample_index(qt, rng)
+                q[t, cand[t]] = qt
+            else:
+                j = int(np.argmax(score))
+                q[t, cand[t, j]] = 1.0
+            prev = int(cand[t, j])
+            tokens[t] = prev
+        return tokens, q
+
+    def select_slow(self, hidden: np.ndarray, logits: np.ndarray, anchor: int) -> np.ndarray:
+        """Greedy twin by brute force: score every top-k candidate with explicit float64 loops.
+
+        Shapes: hidden [n, H], logits [n, V] -> tokens int64 [n].
+        """
+        hp = self.hidden_projection(hidden).astype(np.float64)
+        n, v = logits.shape
+        tokens = np.empty(n, np.int64)
+        prev = int(anchor)
+        for t in range(n):
+            order = sorted(range(v), key=lambda i: (-float(logits[t, i]), i))[: self.top_k]
+            best, best_score = -1, -np.inf
+            for tok in order:
+                s = float(logits[t, tok])
+                for r in range(hp.shape[1]):
+                    s += float(self.predecessor_codebook[prev, r]) * hp[t, r] * float(self.successor_codebook[tok, r])
+                if s > best_score:
+                    best, best_score = tok, s
+            tokens[t] = prev = best
+        return tokens
+
+
+def top_candidates(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k per row, best first, ties to the lower id. Shapes: [n, V] -> (cand int64 [n, k], unary [n, k])."""
+    cand = np.argsort(-logits, axis=-1, kind="stable")[:, :k].astype(np.int64)
+    return cand, np.take_along_axis(logits, cand, axis=-1)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """float32 softmax over the last axis (max-subtracted)."""
+    e = np.exp((x - x.max(axis=-1, keepdims=True)).astype(F32))
+    return (e / e.sum(axis=-1, keepdims=True, dtype=F32)).astype(F32)
+
+
+def sample_index(p: np.ndarray, rng: np.random.Generator | None) -> int:
+    """One draw from the categorical ``p`` [n] by inverse CDF with one ``rng.random()`` (reproducible)."""
+    if rng is None:
+        raise ValueError("sampling at temperature > 0 needs rng=np.random.Generator; pass one (e.g. np.random.default_rng(seed))")
+    cdf = np.cumsum(p, dtype=np.float64)
+    j = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    return min(j, p.shape[0] - 1)

@@ -1,0 +1,243 @@
+"""The speculative loop: draft k tokens, verify ``[last, d1..dk]`` in one pass, accept, commit, emit.
+
+One round (the seed PR's ``dflash2_probe loop``):
+
+1. the draft proposes ``d1..dn`` from the anchor ``last`` (the previous round's bonus token) and its
+   context of committed target taps;
+2. the target verifies ``[last, d1..dn]`` in one batched pass; row i's logits score the token after
+   row i's token;
+3. greedy (T = 0): accept the longest prefix with ``d_{i+1} == argmax(logits_i)``; the bonus is
+   ``argmax(logits_a)``. Sampled (T > 0): accept ``d_i`` with probability ``min(1, p/q)``; on the first
+   rejection draw the bonus from ``normalize(max(0, p - q))``; after a full accept draw it from ``p``;
+4. ``commit(a + 1)`` keeps ``last`` and the accepted drafts; the accepted rows' taps go to the draft;
+5. emit ``d1..da`` and the bonus (cut at a stop token or at ``max_new_tokens``).
+
+At T = 0 the output is token-for-token plain greedy decoding of the same build and row set, because
+the verify's rows are bitwise single steps (see ``target.py``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from .commit import COMMIT_PATHS
+from .errors import ConfigError
+from .provenance import run_provenance
+from .sampling import choose, draw, probs
+
+
+class DraftLike(Protocol):
+    """What the loop needs of a draft (``onebit_engine.draft.Draft`` or a scripted stand-in)."""
+
+    def new_state(self) -> Any: ...
+    def append_context(self, state: Any, taps: np.ndarray) -> None: ...
+    def propose(self, state: Any, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """One round: proposed drafts, accepted drafts, tokens emitted (accepted + bonus, cut at a stop
+    token or the length limit), and where the time went."""
+
+    proposed: int
+    accepted: int
+    emitted: int
+    draft_ms: float
+    verify_ms: float
+    commit_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.commit_ms
+
+
+@dataclass
+class SpecResult:
+    tokens: list[int]
+    prompt_tokens: int
+    stop_reason: str
+    rounds: list[RoundStats]
+    prefill_s: float
+    decode_s: float
+    fallback_at: int | None = None  # index of the first token produced by plain steps after a fallback
+    plain_steps: int = 0
+    step_ms: float | None = None  # measured plain-step cost, when the fallback needed it
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        n = max(len(self.tokens) - 1, 0)  # the first token comes from the prefill
+        return n / self.decode_s if self.decode_s > 0 else float("nan")
+
+    @property
+    def tokens_per_round(self) -> float:
+        return float(np.mean([r.emitted for r in self.rounds])) if self.rounds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        proposed = sum(r.proposed for r in self.rounds)
+        return sum(r.accepted for r in self.rounds) / proposed if proposed else 0.0
+
+    def acceptance_by_position(self) -> list[float]:
+        """Share of rounds that proposed a draft at position i whose draft i was accepted."""
+        n = max((r.proposed for r in self.rounds), default=0)
+        out = []
+        for i in range(n):
+            asked = [r for r in self.rounds if r.proposed > i]
+            out.append(sum(r.accepted > i for r in asked) / len(asked))
+        return out
+
+    @property
+    def full_accepts(self) -> int:
+        return sum(r.accepted == r.proposed and r.proposed > 0 for r in self.rounds)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "tokens": len(self.tokens), "rounds": len(self.rounds), "tokens_per_s": self.tokens_per_s,
+            "tokens_per_round": self.tokens_per_round, "acceptance_rate": self.acceptance_rate,
+            "acceptance_by_position": self.acceptance_by_position(), "fallback_at": self.fallback_at,
+            "plain_steps": self.plain_steps, "stop_reason": self.stop_reason,
+            "draft_ms_per_round": float(np.mean([r.draft_ms for r in self.rounds])) if self.rounds else 0.0,
+            "verify_ms_per_round": float(np.mean([r.verify_ms for r in self.rounds])) if self.rounds else 0.0,
+            "commit_ms_per_round": float(np.mean([r.commit_ms for r in self.rounds])) if self.rounds else 0.0,
+        }
+
+
+FallbackPolicy = Callable[[Sequence[RoundStats], float], bool]
+
+
+def below_break_even(rounds: Sequence[RoundStats], step_ms: float, window: int = 3) -> bool:
+    """The seed's DFLASH2_FALLBACK rule: the last ``window`` rounds each produced tokens more slowly
+    than plain steps would have (round time > emitted x plain-step time)."""
+    last = rounds[-window:]
+    return len(last) == window and all(r.total_ms > r.emitted * step_ms for r in last)
+
+
+def greedy_accept(drafts: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
+    """(accepted count a, bonus token) for greedy verification. logits [n+1, V]."""
+    post = np.argmax(logits, axis=-1)
+    a = 0
+    while a < len(drafts) and int(drafts[a]) == int(post[a]):
+        a += 1
+    return a, int(post[a])
+
+
+def sampled_accept(drafts: Sequence[int], q: np.ndarray, logits: np.ndarray, temperature: float, rng: np.random.Generator) -> tuple[int, int]:
+    """Distribution-preserving acceptance (Leviathan et al. / Chen et al.). q [n, V], logits [n+1, V]."""
+    for i, d in enumerate(drafts):
+        p = probs(logits[i], temperature)
+        qi = np.asarray(q[i], np.float64)
+        if rng.random() * qi[d] < p[d]:  # accept with probability min(1, p/q)
+            continue
+        residual = np.maximum(p - qi, 0.0)
+        total = residual.sum()
+        return i, draw(residual / total if total > 0 else p, rng)
+    return len(drafts), draw(probs(logits[len(drafts)], temperature), rng)
+
+
+def speculative_generate(
+    target, draft: DraftLike, prompt: Sequence[int], *, max_new_tokens: int, k: int | None = None,
+    temperature: float = 0.0, fallback: "str | FallbackPolicy | None" = None, commit_path: str = "keep",
+    replay_check: bool = False, seed: int | None = None, stop_tokens: Sequence[int] | None = None,
+) -> SpecResult:
+    """Speculative decoding of ``max_new_tokens`` tokens. ``k``: drafts per round (default block - 1).
+
+    ``fallback``: None (never), ``"break-even"`` (finish with plain steps once the last 3 rounds were
+    slower per token than a measured plain step) or a callable ``(rounds, step_ms) -> bool``.
+    """
+    block = int(getattr(getattr(draft, "config", None), "block_size", 0) or 0)
+    max_k = block - 1 if block else None
+    k = max_k if k is None else int(k)
+    if k is None or k < 1 or (max_k is not None and k > max_k):
+        raise ConfigError(f"k={k} is out of range: it must be 1..{max_k} (the draft's block size {block} minus 1)")
+    if commit_path not in COMMIT_PATHS:
+        raise ConfigError(f"commit_path {commit_path!r} is not one of {COMMIT_PATHS}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    policy = below_break_even if fallback == "break-even" else fallback
+    if policy is not None and not callable(policy):
+        raise ConfigError(f"fallback {fallback!r} must be None, 'break-even' or a callable (rounds, step_ms) -> bool")
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise ValueError("prompt is empty; give at least one token")
+    stops = set(target.config.eos_token_ids if stop_tokens is None else stop_tokens)
+    rng = np.random.default_rng(seed)
+    sampling = temperature > 0
+
+    state, dstate = target.new_state(), draft.new_state()
+    out: list[int] = []
+    rounds: list[RoundStats] = []
+    res = SpecResult(out, len(prompt), "max_new_tokens", rounds, 0.0, 0.0)
+    t0 = time.perf_counter()
+    pre = target.forward(prompt, state)
+    draft.append_context(dstate, pre.hidden)
+    t1 = time.perf_counter()
+    res.prefill_s = t1 - t0
+
+    def emit(tokens: Sequence[int]) -> int:
+        n = 0
+        for t in tokens:
+            if len(out) >= max_new_tokens or res.stop_reason == "stop_token":
+                break
+            out.append(int(t))
+            n += 1
+            if t in stops:
+                res.stop_reason = "stop_token"
+        return n
+
+    def done() -> bool:
+        return res.stop_reason == "stop_token" or len(out) >= max_new_tokens
+
+    if max_new_tokens > 0:
+        emit([choose(pre.logits[-1], temperature, rng)])
+    if policy is not None and not done():
+        res.step_ms = _plain_step_ms(target, state, out[-1])
+    while not done():
+        last = out[-1]
+        n = min(k, max_new_tokens - len(out) - 1)  # the last block shrinks near the end
+        if n < 1 or res.fallback_at is not None:
+            o = target.forward([last], state)
+            draft.append_context(dstate, o.hidden)
+            res.plain_steps += 1
+            emit([choose(o.logits[0], temperature, rng)])
+            continue
+        ta = time.perf_counter()
+        prop = draft.propose(dstate, last, n, temperature=temperature, rng=rng if sampling else None)
+        drafts = [int(t) for t in np.asarray(prop.tokens).reshape(-1)[:n]]
+        tb = time.perf_counter()
+        ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"))
+        tc = time.perf_counter()
+        if sampling:
+            a, bonus = sampled_accept(drafts, prop.q, ver.logits, temperature, rng)
+        else:
+            a, bonus = greedy_accept(drafts, ver.logits)
+        target.commit(state, a + 1, path=commit_path, replay_check=replay_check)
+        td = time.perf_counter()
+        draft.append_context(dstate, ver.hidden[: a + 1])
+        te = time.perf_counter()
+        emitted = emit(drafts[:a] + [bonus])
+        rounds.append(RoundStats(len(drafts), a, emitted, 1e3 * (tb - ta + te - td), 1e3 * (tc - tb), 1e3 * (td - tc)))
+        if policy is not None and res.fallback_at is None and policy(rounds, res.step_ms or 0.0):
+            res.fallback_at = len(out)
+    res.decode_s = time.perf_counter() - t1
+    draft_desc = getattr(getattr(draft, "backend", None), "describe", lambda: {})()
+    res.provenance = run_provenance(
+        target, mode="speculative", commit_path=commit_path, k=k, temperature=temperature,
+        draft_backend=draft_desc.get("backend"), draft_version=getattr(getattr(draft, "config", None), "version", None),
+        fallback=None if fallback is None else (fallback if isinstance(fallback, str) else "custom"),
+    )
+    return res
+
+
+def _plain_step_ms(target, state, token: int, repeats: int = 3) -> float:
+    """Median cost of one plain step, measured on a scratch copy (the live state is untouched)."""
+    times = []
+    for _ in range(repeats):
+        scratch = state.copy()
+        t = time.perf_counter()
+        target.forward([token], scratch)
+        times.append(1e3 * (time.perf_counter() - t))
+    return float(np.median(times))

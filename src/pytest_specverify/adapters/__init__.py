@@ -1,0 +1,1 @@
+"""Adapters from real engines to ``protocol.SpecPort`` (each imports its engine lazily)."""

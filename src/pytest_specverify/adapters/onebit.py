@@ -1,0 +1,100 @@
+"""``onebit_engine`` as a specverify port. The engine is imported only when a port is built.
+
+``make_port(options)`` builds the battery's default: a seeded tiny random hybrid target (GDN +
+gated attention, vocabulary 32) with a seeded random DFlash draft. ``OnebitPort(target)`` wraps any
+``onebit_engine.Target`` (or a subclass, e.g. a mutant).
+"""
+from __future__ import annotations
+
+import tempfile
+from typing import Any, Sequence
+
+from ..protocol import NotSupported, PortOptions, Rows, SpecRun, byte_encode
+
+#: The battery's tiny target: 1 delta-net layer + 1 attention layer, a vocabulary small enough for the
+#: sampling statistics (section 6 of verification.md).
+TINY = dict(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2, full_attention_interval=2)
+
+
+class OnebitPort:
+    """The adapter. Bitwise by construction (batch-invariant row sets), so its profile is ``exact``."""
+
+    tolerance = "exact"
+    commit_paths = ("keep", "replay", "checkpoint")
+
+    def __init__(self, target, *, name: str = "onebit", draft_seed: int = 0):
+        self.target = target
+        self.name = name
+        self.vocab_size = int(target.config.vocab_size)
+        self.draft_seed = draft_seed
+        self._draft = None
+
+    # -- target ----------------------------------------------------------------------------------
+    def new_state(self):
+        return self.target.new_state()
+
+    def prefill(self, state, tokens: Sequence[int]) -> Rows:
+        out = self.target.forward(list(tokens), state)
+        return Rows(out.logits, out.hidden)
+
+    def step(self, state, token: int) -> Rows:
+        out = self.target.forward([int(token)], state)
+        return Rows(out.logits, out.hidden)
+
+    def verify(self, state, tokens: Sequence[int], *, path: str) -> Rows:
+        out = self.target.verify(list(tokens), state, checkpoints=(path == "checkpoint"))
+        return Rows(out.logits, out.hidden)
+
+    def commit(self, state, accepted_rows: int, *, path: str, replay_check: bool = False) -> None:
+        self.target.commit(state, accepted_rows, path=path, replay_check=replay_check)
+
+    def state_arrays(self, state):
+        return state.arrays()
+
+    # -- vocabulary and draft --------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return byte_encode(text, self.vocab_size)  # no tokenizer ships yet
+
+    def make_draft(self):
+        """A seeded random DFlash draft (draft/synthetic.py) sized for the target, loaded once."""
+        if self._draft is None:
+            try:
+                from onebit_engine.draft import load_draft, write_synthetic_draft
+            except ImportError as exc:
+                raise NotSupported(f"onebit_engine.draft is not importable ({exc})") from exc
+            with tempfile.TemporaryDirectory(prefix="specverify-draft-") as tmp:
+                write_synthetic_draft(tmp, self.target.config, seed=self.draft_seed, block_size=8, num_layers=1)
+                self._draft = load_draft(tmp, self.target, backend=self.target.backend, row_set=self.target.row_set)
+        return self._draft
+
+    # -- loops -----------------------------------------------------------------------------------
+    def generate(self, prompt, *, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None) -> list[int]:
+        from onebit_engine.generate import generate
+
+        return list(generate(self.target, list(prompt), max_new_tokens=max_new_tokens, temperature=temperature,
+                             seed=seed, stop_tokens=[]).tokens)
+
+    def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
+                             seed: int | None = None, commit_path: str | None = None) -> SpecRun:
+        try:
+            from onebit_engine.speculative import speculative_generate
+        except ImportError as exc:
+            raise NotSupported(f"onebit_engine.speculative is not there yet ({exc})") from exc
+        res = speculative_generate(self.target, draft, list(prompt), max_new_tokens=max_new_tokens, k=k,
+                                   temperature=temperature, seed=seed, commit_path=commit_path or "keep", stop_tokens=[])
+        return SpecRun(list(res.tokens), [r.accepted for r in res.rounds], [r.proposed for r in res.rounds],
+                       extra={"tokens_per_s": res.tokens_per_s, "provenance": dict(res.provenance)})
+
+    def describe(self) -> dict[str, Any]:
+        desc = dict(self.target.backend.describe())
+        return {"port": self.name, "backend": desc.get("backend"), "kernel_set": desc.get("kernel_set"),
+                "row_set": self.target.row_set, "vocab_size": self.vocab_size}
+
+
+def make_port(options: PortOptions) -> OnebitPort:
+    """Entry point of the ``specverify.ports`` group: the tiny seeded hybrid target."""
+    from onebit_engine.synthetic import random_target, tiny_config
+
+    target = random_target(tiny_config(**TINY), seed=1000 + options.seed, backend=options.backend or "reference",
+                           row_set=options.row_set or 8)
+    return OnebitPort(target, draft_seed=options.seed)

@@ -1,0 +1,250 @@
+"""The deterministic checks. Each takes a port (``protocol.SpecPort``) and raises
+``SpecVerifyFailure`` with a readable message, or returns a ``CheckReport`` saying what ran.
+
+No pytest here: the plugin's fixtures hand these out bound to the run's options.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .compare import SpecVerifyFailure, first_state_difference, first_token_divergence, logit_margin, token_window
+from .drafts import ForcingDraft, SelfDraft, cycle_script
+from .protocol import NotSupported
+from .tolerance import Tolerance
+
+
+@dataclass
+class CheckReport:
+    """What a passing check exercised: ``counts`` (e.g. commits per path/accept count), ``metrics``
+    (accept rate, tokens/round...), ``notes`` (near-tie divergences accepted under the profile)."""
+
+    name: str
+    counts: Counter = field(default_factory=Counter)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _argmax(logits) -> int:
+    import numpy as np
+
+    return int(np.argmax(np.asarray(logits)))
+
+
+def _rows_label(r: int, k: int) -> str:
+    if r == 0:
+        return "no row kept"
+    if r == k + 1:
+        return f"full accept ({k} of {k} drafts)"
+    return f"{r - 1} of {k} drafts accepted"
+
+
+# -- 1. commit equivalence ----------------------------------------------------------------------
+def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol: Tolerance, *, seed: int = 0,
+                       paths: Sequence[str] | None = None) -> CheckReport:
+    """prefill, one verify of ``[last, d1..dk]``, commit of every row count 0..k+1 on every commit
+    path, then one step; the state (after the commit and after the step) and the step's logits must
+    equal prefill + the same rows as single steps. Also: every verify row's logits equal the single
+    step's."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    report = CheckReport("commit_equivalence")
+    paths = list(paths or port.commit_paths)
+    prompt = list(prompt)
+    for k in k_values:
+        probe = port.new_state()
+        last = _argmax(port.prefill(probe, prompt).logits[-1])
+        rows = [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
+        # sequential reference: prefill + r single steps, for every r (fresh state each time, no clone needed)
+        ref_logits = []
+        st = port.new_state()
+        port.prefill(st, prompt)
+        for t in rows:
+            ref_logits.append(np.asarray(port.step(st, t).logits)[-1])
+        bonus = _argmax(ref_logits[k])
+        for path in paths:
+            for r in range(k + 2):
+                where = f"commit path {path!r}, k={k}, rows [last, d1..d{k}] = {rows}, kept {r} rows ({_rows_label(r, k)})"
+                st = port.new_state()
+                port.prefill(st, prompt)
+                ver = np.asarray(port.verify(st, rows, path=path).logits)
+                port.commit(st, r, path=path)
+                ref = port.new_state()
+                port.prefill(ref, prompt)
+                for t in rows[:r]:
+                    port.step(ref, t)
+                bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+                if bad:
+                    raise SpecVerifyFailure(f"{where}: after the commit, {bad}")
+                nxt = rows[r] if r <= k else bonus
+                got = np.asarray(port.step(st, nxt).logits)[-1]
+                want = np.asarray(port.step(ref, nxt).logits)[-1]
+                bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+                if bad:
+                    raise SpecVerifyFailure(f"{where}: after one more step with token {nxt}, {bad}")
+                if not tol.close(got, want):
+                    i = int(np.argmax(np.abs(got.astype(np.float64) - want)))
+                    raise SpecVerifyFailure(
+                        f"{where}: the next step's logits differ from the sequential reference (token {i}: "
+                        f"{got[i]!r} vs {want[i]!r}; argmax {_argmax(got)} vs {_argmax(want)}; {tol.describe()})")
+                report.counts[(path, k, r)] += 1
+            for i in range(k + 1):
+                if not tol.close(ver[i], ref_logits[i]):
+                    j = int(np.argmax(np.abs(ver[i].astype(np.float64) - ref_logits[i])))
+                    raise SpecVerifyFailure(
+                        f"commit path {path!r}, k={k}: verify row {i} (token {rows[i]}) logits differ from the single step's "
+                        f"(token {j}: {ver[i][j]!r} vs {ref_logits[i][j]!r}; {tol.describe()}) - the batched pass is not "
+                        f"row-for-row the plain step")
+    expected = sum((k + 2) * len(paths) for k in k_values)
+    if sum(report.counts.values()) != expected:
+        raise SpecVerifyFailure(f"commit_equivalence ran {sum(report.counts.values())} commits, expected {expected}")
+    return report
+
+
+# -- 2. greedy identity ---------------------------------------------------------------------------
+def _round_of(run, index: int) -> str:
+    pos = 1  # tokens[0] comes from the prefill
+    if index == 0:
+        return "the token from the prefill"
+    for j, (a, n) in enumerate(zip(run.accepted, run.proposed)):
+        if pos + a + 1 > index:
+            kind = "an accepted draft" if index - pos < a else "the bonus token"
+            return f"round {j} ({a} of {n} drafts accepted; it is {kind} of that round)"
+        pos += a + 1
+    return "after the last recorded round (a plain step)"
+
+
+def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, k: int, tol: Tolerance,
+                    commit_path: str | None = None, plain: Sequence[int] | None = None, label: str = "") -> CheckReport:
+    """Speculative greedy output == plain greedy output of the same port. A divergence fails unless
+    the profile is not exact and the plain logits' top-2 margin there is a near-tie."""
+    import numpy as np
+
+    report = CheckReport("greedy_identity")
+    plain = list(plain) if plain is not None else list(port.generate(prompt, max_new_tokens=max_new_tokens))
+    run = port.speculative_generate(prompt, draft, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
+    got = list(run.tokens)
+    report.metrics.update(acceptance_rate=run.acceptance_rate, tokens_per_round=run.tokens_per_round,
+                          rounds=len(run.accepted), tokens=len(got))
+    report.counts.update(Counter(run.accepted))
+    i = first_token_divergence(got, plain)
+    if i is None:
+        return report
+    if i < min(len(got), len(plain)):
+        st = port.new_state()
+        logits = np.asarray(port.prefill(st, list(prompt) + plain[:i]).logits)[-1]
+        top, second, gap = logit_margin(logits)
+        margin = f"plain logits there: top {top} ({logits[top]:.6g}), runner-up {second} ({logits[second]:.6g}), margin {gap:.3e}"
+        if not tol.exact and gap <= tol.tie_margin and got[i] in (top, second):
+            report.notes.append(f"{label}near-tie divergence at token {i} accepted under profile {tol.name!r}: {margin}")
+            return report
+    else:
+        margin = f"lengths differ: speculative {len(got)} tokens, plain {len(plain)}"
+    raise SpecVerifyFailure(
+        f"{label}speculative output differs from plain greedy decoding at token {i} of {len(plain)}, in "
+        f"{_round_of(run, i)}\n{token_window(got, plain, i)}\n  {margin}\n"
+        f"  k={k}, commit path {commit_path!r}, acceptance {run.acceptance_rate:.2f}, rounds (accepted/proposed): "
+        f"{list(zip(run.accepted, run.proposed))[:12]}")
+
+
+# -- forcing draft and self-draft -----------------------------------------------------------------
+def default_pattern(k: int) -> list[int]:
+    """Full, zero, full, full (a repeated full accept), then every partial count 1..k-1."""
+    return [k, 0, k, k] + list(range(1, k))
+
+
+def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pattern: Sequence[int] | None = None,
+                      commit_path: str | None = None, cycles: int = 2) -> CheckReport:
+    """Runs the port's loop with a :class:`ForcingDraft`: each round must accept exactly the scripted
+    count, the output must be plain greedy, the draft must get the right anchor and context rows, and
+    every accept count in the pattern (incl. 0 and the full k) must actually have happened."""
+    import numpy as np
+
+    pattern = list(pattern if pattern is not None else default_pattern(k))
+    max_new = 1 + cycles * sum(min(p, k) + 1 for p in pattern)
+    plain = list(port.generate(prompt, max_new_tokens=max_new + k + 1))
+    seq = list(prompt) + plain
+    taps = port.prefill(port.new_state(), seq).taps
+    same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b))) if taps is not None else None
+    draft = ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same)
+    run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=k, commit_path=commit_path)
+    report = CheckReport("forced_acceptance", metrics={"acceptance_rate": run.acceptance_rate, "tokens_per_round": run.tokens_per_round})
+    i = first_token_divergence(list(run.tokens), plain[:max_new])
+    if i is not None:
+        seen = ("\n  then the draft saw (a consequence):\n    " + "\n    ".join(draft.problems[:2])) if draft.problems else ""
+        raise SpecVerifyFailure(
+            f"with a forcing draft (pattern {pattern}, k={k}) the output differs from plain greedy at token {i}, in "
+            f"{_round_of(run, i)}\n{token_window(list(run.tokens), plain[:max_new], i)}{seen}")
+    if draft.problems:
+        raise SpecVerifyFailure("the output is right but the loop fed the forcing draft wrong inputs:\n  " + "\n  ".join(draft.problems))
+    for j, (got, want) in enumerate(zip(run.accepted, draft.expected)):
+        if got != want:
+            raise SpecVerifyFailure(f"round {j}: the loop accepted {got} drafts but the forcing draft made exactly {want} "
+                                    f"acceptable (pattern {pattern}, k={k}); its acceptance rule is wrong")
+    if len(run.accepted) != len(draft.expected):
+        raise SpecVerifyFailure(f"the loop reported {len(run.accepted)} rounds but asked the draft {len(draft.expected)} times")
+    report.counts.update(Counter(run.accepted))
+    full = sum(1 for a, n in zip(run.accepted, run.proposed) if a == n == k)
+    missing = [a for a in sorted(set(min(p, k) for p in pattern)) if report.counts[a] == 0]
+    if missing or full == 0:
+        raise SpecVerifyFailure(f"the paths this check claims to test never ran: accept counts {missing} never happened"
+                                f" (full accepts at k={k}: {full}); counts seen {dict(report.counts)}")
+    report.metrics["full_accepts"] = full
+    return report
+
+
+def self_draft_accepts_all(port, prompt: Sequence[int], *, k: int, max_new_tokens: int, tol: Tolerance,
+                           commit_path: str | None = None) -> CheckReport:
+    """Draft == target: at T = 0 every draft is accepted (exact ports) and the output is plain greedy."""
+    draft = SelfDraft(port, prompt)
+    report = greedy_identity(port, prompt, draft, max_new_tokens=max_new_tokens, k=k, tol=tol,
+                             commit_path=commit_path, label="self-draft: ")
+    rate = report.metrics["acceptance_rate"]
+    floor = 1.0 if tol.exact else 0.9
+    if rate < floor:
+        raise SpecVerifyFailure(f"self-draft (draft == target) acceptance {rate:.3f} is below {floor} (profile {tol.name!r}); "
+                                f"the verify rows or the acceptance rule disagree with the draft's own steps")
+    if report.counts.get(k, 0) == 0:
+        raise SpecVerifyFailure(f"self-draft never produced a full accept of k={k} (counts {dict(report.counts)})")
+    report.name = "self_draft"
+    return report
+
+
+# -- 3. replay check ------------------------------------------------------------------------------
+def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *, seed: int = 0) -> CheckReport:
+    """On a full accept, the state the batch left ("keep") equals the replayed state bit for bit
+    (max |diff| 0, whatever the profile), and the port's own replay check agrees."""
+    import numpy as np
+
+    paths = list(port.commit_paths)
+    if "replay" not in paths or "keep" not in paths:
+        raise NotSupported(f"port {port.name!r} has commit paths {paths}; the replay check needs 'keep' and 'replay'")
+    rng = np.random.default_rng(seed)
+    report = CheckReport("replay_check")
+    exact = Tolerance("exact", exact=True)
+    for k in [k for k in k_values if k >= 1] or [1]:
+        rows = None
+        states = {}
+        for path in ("keep", "replay"):
+            st = port.new_state()
+            last = _argmax(port.prefill(st, prompt).logits[-1])
+            rows = rows or [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
+            port.verify(st, rows, path=path)
+            port.commit(st, k + 1, path=path)
+            states[path] = {n: np.array(a) for n, a in port.state_arrays(st).items()}
+        bad = first_state_difference(states["keep"], states["replay"], exact)
+        if bad:
+            raise SpecVerifyFailure(f"full accept of k={k} rows {rows}: the kept batch state differs from the replayed one "
+                                    f"(must be max |diff| 0): {bad}")
+        st = port.new_state()
+        port.prefill(st, prompt)
+        port.verify(st, rows, path="keep")
+        try:
+            port.commit(st, k + 1, path="keep", replay_check=True)
+        except Exception as exc:  # the port's own replay check (e.g. onebit_engine.StateMismatch)
+            raise SpecVerifyFailure(f"full accept of k={k}: the port's own replay check failed: {exc}") from exc
+        report.counts[k] += 1
+        report.metrics[f"max_diff_k{k}"] = 0.0
+    return report

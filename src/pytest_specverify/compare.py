@@ -1,0 +1,65 @@
+"""Pure comparisons that produce readable failure text (no pytest): state dicts, token streams."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from .tolerance import Tolerance
+
+
+class SpecVerifyFailure(AssertionError):
+    """A check found the port wrong; the message says where and by how much."""
+
+
+def first_state_difference(got: Mapping[str, Any], ref: Mapping[str, Any], tol: Tolerance) -> str | None:
+    """None when every array matches; else one paragraph naming the array, the index of the first
+    offending element, both values and the max |diff| (or the shape / missing-name problem)."""
+    import numpy as np
+
+    missing, extra = sorted(set(ref) - set(got)), sorted(set(got) - set(ref))
+    if missing or extra:
+        return f"state arrays differ in names: missing {missing}, unexpected {extra}"
+    for name in ref:  # the reference's order: layer by layer
+        a, b = np.asarray(got[name]), np.asarray(ref[name])
+        if a.shape != b.shape:
+            return (f"array {name!r}: shape {a.shape} but the sequential reference has {b.shape}"
+                    f"{_row_hint(a.shape, b.shape)}")
+        if tol.close(a, b):
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        diff = np.abs(a64 - b64)
+        bad = (a != b) if tol.exact else ~np.isclose(a64, b64, atol=tol.atol, rtol=tol.rtol)
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
+        return (f"array {name!r} first differs at index {idx}: port {a[idx]!r} vs reference {b[idx]!r} "
+                f"(max |diff| {float(diff.max()):.3e}, {int(bad.sum())} of {a.size} elements outside {tol.describe()})")
+    return None
+
+
+def _row_hint(sa, sb) -> str:
+    d = [i for i, (x, y) in enumerate(zip(sa, sb)) if x != y] if len(sa) == len(sb) else []
+    if len(d) == 1:
+        n = sa[d[0]] - sb[d[0]]
+        return f" - {abs(n)} row{'s' if abs(n) != 1 else ''} {'too many' if n > 0 else 'too few'} along axis {d[0]}"
+    return ""
+
+
+def first_token_divergence(got: Sequence[int], ref: Sequence[int]) -> int | None:
+    """Index of the first differing token (a length difference counts at the shorter length)."""
+    for i, (a, b) in enumerate(zip(got, ref)):
+        if a != b:
+            return i
+    return None if len(got) == len(ref) else min(len(got), len(ref))
+
+
+def token_window(got: Sequence[int], ref: Sequence[int], i: int, width: int = 6) -> str:
+    lo = max(0, i - width)
+    fmt = lambda s: " ".join(f"[{t}]" if j == i else str(t) for j, t in enumerate(s[lo : i + width + 1], lo))  # noqa: E731
+    return (f"  tokens {lo}..{i + width}:\n    speculative: {fmt(list(got))}\n    plain      : {fmt(list(ref))}")
+
+
+def logit_margin(logits) -> tuple[int, int, float]:
+    """(top token, runner-up token, top-2 gap) of one logit row."""
+    import numpy as np
+
+    row = np.asarray(logits, np.float64)
+    order = np.argsort(-row, kind="stable")
+    return int(order[0]), int(order[1]), float(row[order[0]] - row[order[1]])

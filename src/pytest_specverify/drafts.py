@@ -1,0 +1,190 @@
+"""Drafts the checks bring along (they speak the engine's draft protocol, ``protocol.DraftLike``).
+
+* :class:`ForcingDraft` proposes the target's own greedy continuation with a wrong token injected at a
+  scripted position each round, so every accept count 0..k happens on purpose. It also checks what the
+  loop feeds it: the anchor must be the committed token at its position and every context row must be
+  the target's taps of that position.
+* :class:`SelfDraft` is the target drafting for itself (draft == target: every draft is accepted).
+* :class:`DistributionDraft` samples from fixed, known distributions ``q`` (the sampling checks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+
+@dataclass
+class Proposal:
+    """``tokens`` int64 [n]; ``q`` float64 [n, V] (the distribution each token came from)."""
+
+    tokens: Any
+    q: Any
+    hidden: Any = None
+    logits: Any = None
+
+
+@dataclass
+class ContextState:
+    """A check draft's state: how many context rows it has, and (for the self-draft) their tokens."""
+
+    length: int = 0
+    tokens: list[int] = field(default_factory=list)
+
+
+def _one_hot(tokens, vocab: int):
+    import numpy as np
+
+    q = np.zeros((len(tokens), vocab))
+    q[np.arange(len(tokens)), tokens] = 1.0
+    return q
+
+
+Script = Callable[[int, int], int]  # (round index, n drafted) -> correct drafts before the wrong one
+
+
+def cycle_script(pattern: Sequence[int]) -> Script:
+    """Round r keeps ``pattern[r % len]`` correct drafts (a value >= n means a full accept)."""
+    pattern = list(pattern)
+    return lambda r, n: pattern[r % len(pattern)]
+
+
+class ForcingDraft:
+    """Proposes ``sequence[pos + 1 : pos + 1 + n]`` (the plain greedy text) with the token at index
+    ``script(round, n)`` replaced by a wrong one, so round r accepts exactly ``min(script(r, n), n)``.
+
+    ``sequence``: prompt + the plain greedy continuation (long enough for the last round);
+    ``reference_taps``: the target's taps of ``sequence`` rows (from one prefill), or None to skip the
+    context-row check; ``same_taps(a, b)``: the port's tolerance for comparing two tap rows.
+    """
+
+    def __init__(self, sequence: Sequence[int], vocab_size: int, script: Script, *, reference_taps=None,
+                 same_taps: Callable[[Any, Any], bool] | None = None):
+        self.sequence = [int(t) for t in sequence]
+        self.vocab_size = vocab_size
+        self.script = script
+        self.reference_taps = reference_taps
+        self.same_taps = same_taps
+        self.rounds = 0
+        self.expected: list[int] = []  # accept count each round should have
+        self.problems: list[str] = []
+
+    def new_state(self) -> ContextState:
+        return ContextState()
+
+    def append_context(self, state: ContextState, taps) -> None:
+        n = len(taps)
+        if self.reference_taps is not None and self.same_taps is not None:
+            for j in range(n):
+                pos = state.length + j
+                if pos >= len(self.reference_taps):
+                    break
+                if not self.same_taps(taps[j], self.reference_taps[pos]):
+                    hit = [p for p in range(len(self.reference_taps)) if self.same_taps(taps[j], self.reference_taps[p])]
+                    where = f"; it equals the taps of position {hit[0]}" if hit else "; it matches no position of the text"
+                    self._problem(f"the loop fed the draft a context row for position {pos} that is not the target's "
+                                  f"taps of that position{where} (the accepted rows are [last, d1..da] = verify rows 0..a)")
+                    break
+        state.length += n
+
+    def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
+        import numpy as np
+
+        pos = state.length
+        if pos < len(self.sequence) and int(anchor_token) != self.sequence[pos]:
+            self._problem(f"round {self.rounds}: the anchor is token {int(anchor_token)} but the committed text has "
+                          f"{self.sequence[pos]} at position {pos} (the draft's context holds {pos} rows)")
+        want = [self.sequence[p] if p < len(self.sequence) else 0 for p in range(pos + 1, pos + 1 + n_draft)]
+        keep = self.script(self.rounds, n_draft)
+        tokens = list(want)
+        if keep < n_draft:
+            tokens[keep] = (want[keep] + 1) % self.vocab_size
+        self.expected.append(min(keep, n_draft))
+        self.rounds += 1
+        arr = np.asarray(tokens, dtype=np.int64)
+        return Proposal(arr, _one_hot(arr, self.vocab_size))
+
+    def _problem(self, text: str) -> None:
+        if len(self.problems) < 5:
+            self.problems.append(text)
+
+
+class SelfDraft:
+    """Draft == target: proposes what the port's target itself would produce after the committed
+    context (greedy at T = 0, sampled with the loop's rng at T > 0, with q = the target's p).
+
+    It reconstructs the committed tokens from the loop contract: the first context is ``prompt``; a
+    later append of T rows is ``[anchor, d1..d(T-1)]`` of the last proposal.
+    """
+
+    def __init__(self, port, prompt: Sequence[int]):
+        self.port = port
+        self.prompt = [int(t) for t in prompt]
+        self._last: tuple[int, list[int]] | None = None
+        self.proposals = 0
+
+    def new_state(self) -> ContextState:
+        return ContextState()
+
+    def append_context(self, state: ContextState, taps) -> None:
+        n = len(taps)
+        if state.length == 0:
+            if n != len(self.prompt):
+                raise ValueError(f"SelfDraft: the first context has {n} rows but the prompt has {len(self.prompt)} tokens")
+            state.tokens = list(self.prompt)
+        elif self._last is not None:
+            anchor, drafts = self._last
+            state.tokens += ([anchor] + drafts)[:n]
+            self._last = None
+        else:
+            state.tokens += [-1] * n  # a plain step: token unknown (only happens after the last round)
+        state.length += n
+
+    def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
+        import numpy as np
+
+        if any(t < 0 for t in state.tokens):
+            raise ValueError("SelfDraft: a plain step fed a row whose token it cannot know; do not mix plain steps and rounds")
+        st = self.port.new_state()
+        logits = np.asarray(self.port.prefill(st, state.tokens + [int(anchor_token)]).logits)[-1]
+        tokens, qs = [], []
+        for i in range(n_draft):
+            if temperature > 0:
+                from .stats import softmax
+
+                p = softmax(logits, temperature)
+                tok = int(rng.choice(len(p), p=p)) if rng is not None else int(np.argmax(p))
+                qs.append(p)
+            else:
+                tok = int(np.argmax(logits))
+                qs.append(_one_hot([tok], len(logits))[0])
+            tokens.append(tok)
+            if i < n_draft - 1:
+                logits = np.asarray(self.port.step(st, tok).logits)[-1]
+        self._last = (int(anchor_token), tokens)
+        self.proposals += 1
+        return Proposal(np.asarray(tokens, dtype=np.int64), np.asarray(qs))
+
+
+class DistributionDraft:
+    """Proposes d_i ~ q[i] with the loop's rng, whatever the context (q [k, V], rows sum to 1)."""
+
+    def __init__(self, q, seed: int = 0):
+        import numpy as np
+
+        self.q = np.asarray(q, np.float64)
+        self._rng = np.random.default_rng(seed)
+
+    def new_state(self) -> ContextState:
+        return ContextState()
+
+    def append_context(self, state: ContextState, taps) -> None:
+        state.length += len(taps)
+
+    def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
+        import numpy as np
+
+        g = rng if rng is not None else self._rng
+        q = self.q[:n_draft]
+        tokens = np.array([int(np.searchsorted(np.cumsum(row), g.random() * row.sum(), side="right")) for row in q])
+        tokens = np.minimum(tokens, q.shape[1] - 1)
+        return Proposal(tokens.astype(np.int64), q)

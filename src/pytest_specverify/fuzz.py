@@ -1,0 +1,78 @@
+"""Stateful fuzzing: a Hypothesis ``RuleBasedStateMachine`` drives random prefill / verify / commit /
+step sequences on the port (zero-draft rounds and repeated full accepts included) next to a sequential
+reference (the same port, one ``step`` per committed token), comparing the whole state after every
+rule and the logits of every verify row and step. Hypothesis is imported only when this runs.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .compare import SpecVerifyFailure, first_state_difference
+from .tolerance import Tolerance
+
+
+def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, max_examples: int = 15,
+                    steps: int = 8, paths: Sequence[str] | None = None) -> dict:
+    import numpy as np
+    from hypothesis import settings, strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+    paths = list(paths or port.commit_paths)
+    V = port.vocab_size
+    totals = {"rounds": 0, "zero_draft": 0, "full_accepts": 0}
+
+    def same_logits(got, want, what):
+        got, want = np.asarray(got), np.asarray(want)
+        if not tol.close(got, want):
+            i = int(np.argmax(np.abs(got.astype(np.float64) - want)))
+            raise SpecVerifyFailure(f"{what}: logits differ from the sequential reference at token {i}: {got[i]!r} vs {want[i]!r}")
+
+    class PortMachine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.st, self.ref = port.new_state(), port.new_state()
+            self.next = int(np.argmax(np.asarray(port.prefill(self.st, list(prompt)).logits)[-1]))
+            port.prefill(self.ref, list(prompt))
+            self.history: list[str] = []
+
+        def _round(self, drafts, kept, path):
+            rows = [self.next] + list(drafts)
+            ver = np.asarray(port.verify(self.st, rows, path=path).logits)
+            port.commit(self.st, kept, path=path)
+            for i, t in enumerate(rows[:kept]):
+                same_logits(ver[i], np.asarray(port.step(self.ref, t).logits)[-1], f"verify row {i} of {rows} (path {path!r})")
+            self.next = rows[kept] if kept < len(rows) else int(np.argmax(ver[-1]))
+            self.history.append(f"verify {rows} path={path} kept={kept}")
+            totals["rounds"] += 1
+            totals["zero_draft"] += len(drafts) == 0
+            totals["full_accepts"] += kept == len(rows) and len(drafts) > 0
+
+        @rule(data=st.data(), k=st.integers(0, k_max), path=st.sampled_from(paths))
+        def verify_commit(self, data, k, path):
+            drafts = data.draw(st.lists(st.integers(0, V - 1), min_size=k, max_size=k), label="drafts")
+            self._round(drafts, data.draw(st.integers(0, k + 1), label="kept rows"), path)
+
+        @rule(path=st.sampled_from(paths), k=st.integers(1, k_max), repeats=st.integers(1, 3), data=st.data())
+        def full_accepts(self, path, k, repeats, data):
+            for _ in range(repeats):
+                self._round(data.draw(st.lists(st.integers(0, V - 1), min_size=k, max_size=k), label="drafts"), k + 1, path)
+
+        @rule(path=st.sampled_from(paths), kept=st.sampled_from([0, 1]))
+        def zero_draft_round(self, path, kept):
+            self._round([], kept, path)
+
+        @rule()
+        def step(self):
+            got = np.asarray(port.step(self.st, self.next).logits)[-1]
+            same_logits(got, np.asarray(port.step(self.ref, self.next).logits)[-1], f"plain step with token {self.next}")
+            self.history.append(f"step {self.next}")
+            self.next = int(np.argmax(got))
+
+        @invariant()
+        def same_state(self):
+            bad = first_state_difference(port.state_arrays(self.st), port.state_arrays(self.ref), tol)
+            if bad:
+                raise SpecVerifyFailure(f"after {' ; '.join(self.history[-4:]) or 'the prefill'}: {bad}")
+
+    run_state_machine_as_test(PortMachine, settings=settings(max_examples=max_examples, stateful_step_count=steps, deadline=None))
+    return totals

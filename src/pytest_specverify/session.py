@@ -1,0 +1,43 @@
+"""The run's specverify settings, read once from the command line (no pytest import)."""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+from .device import DeviceStatus
+
+
+def k_list(text: str) -> tuple[int, ...]:
+    """argparse type for --specverify-k: "0,1,3" -> (0, 1, 3)."""
+    try:
+        ks = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--specverify-k wants comma-separated integers like 0,1,3, got {text!r}") from None
+    if not ks or any(k < 0 for k in ks):
+        raise ValueError(f"--specverify-k wants non-negative integers, got {text!r}")
+    return ks
+
+
+@dataclass
+class Settings:
+    port: str = "onebit"
+    backend: str | None = None
+    row_set: int | None = None
+    prompt_set: str = "default"
+    num_prompts: int = 10
+    k_values: tuple[int, ...] = (0, 1, 3)
+    profile: str | None = None
+    seed: int = 0
+    samples: int = 1200
+    max_new_tokens: int = 24
+    require_device: bool = False
+    device: DeviceStatus | None = field(default=None)
+
+    def test_seed(self, nodeid: str) -> int:
+        """The per-test seed: ``--specverify-seed + crc32(nodeid)`` (order-independent, xdist-safe)."""
+        return (self.seed + zlib.crc32(nodeid.encode())) & 0xFFFFFFFF
+
+    @property
+    def spec_k(self) -> int:
+        """The k the loop checks use: the largest of --specverify-k (at least 1)."""
+        return max(max(self.k_values), 1)

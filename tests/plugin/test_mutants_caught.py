@@ -1,0 +1,89 @@
+"""Proof that the checks catch bugs: every mutant is caught by its check with a message that points at
+the fault, and no check fails on the correct ports. The table is printed in docs/verify-your-port.md."""
+import pytest
+
+from pytest_specverify import SpecVerifyFailure, profile
+from pytest_specverify.checks import commit_equivalence, forced_acceptance, greedy_identity
+from pytest_specverify.fuzz import run_commit_fuzz
+from pytest_specverify.sampling import sampling_distribution
+from tests.ports import mutants
+
+PROMPT = "The capital of France is"
+K = 3
+
+
+def _commit(port):
+    return commit_equivalence(port, port.encode(PROMPT), (0, 1, K), profile(port.tolerance))
+
+
+def _greedy(port):
+    return greedy_identity(port, port.encode(PROMPT), port.make_draft(), max_new_tokens=24, k=K, tol=profile(port.tolerance))
+
+
+def _forced(port):
+    return forced_acceptance(port, port.encode(PROMPT), k=K, tol=profile(port.tolerance))
+
+
+def _sampling(port):
+    return sampling_distribution(port, port.encode("ab"), samples=500)
+
+
+def _fuzz(port):
+    return run_commit_fuzz(port, port.encode("Hello"), k_max=K, tol=profile(port.tolerance), max_examples=10, steps=6)
+
+
+CHECKS = {"commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
+          "sampling_distribution": _sampling, "stateful_fuzz": _fuzz}
+
+# mutant -> (the check that catches it, text its failure message must contain)
+TABLE = {
+    "conv_not_restored": ("commit_equivalence", "array 'layer.0.conv'"),
+    "recurrent_not_restored": ("commit_equivalence", "array 'layer.0.rec'"),
+    "full_accept_branch_on_partial": ("commit_equivalence", "commit path 'keep', k=1, rows"),
+    "snapshot_after_verify": ("commit_equivalence", "array 'layer.0."),
+    "kv_not_trimmed": ("commit_equivalence", "too many along axis 1"),
+    "kv_trimmed_one_short": ("commit_equivalence", "1 row too few along axis 1"),
+    "kv_trimmed_one_long": ("commit_equivalence", "1 row too many along axis 1"),
+    "zero_draft_round_advances": ("commit_equivalence", "k=0, rows"),
+    "bonus_dropped": ("forced_acceptance", "it is the bonus token"),
+    "bonus_duplicated": ("greedy_identity", "differs from plain greedy decoding"),
+    "draft_context_wrong_rows": ("forced_acceptance", "context row for position"),
+    "residual_wrong": ("sampling_distribution", "has probability 0 but was emitted"),
+}
+ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0")}  # a second check that catches it
+
+
+def test_table_covers_every_mutant():
+    assert sorted(TABLE) == sorted(mutants.NAMES)
+
+
+@pytest.mark.parametrize("mutant", sorted(TABLE))
+def test_mutant_is_caught(mutant):
+    check, fragment = TABLE[mutant]
+    with pytest.raises(SpecVerifyFailure) as info:
+        CHECKS[check](mutants.build(mutant))
+    assert fragment in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("mutant", sorted(ALSO))
+def test_mutant_is_also_caught_by(mutant):
+    check, fragment = ALSO[mutant]
+    with pytest.raises(SpecVerifyFailure) as info:
+        CHECKS[check](mutants.build(mutant))
+    assert fragment in str(info.value), str(info.value)
+
+
+@pytest.fixture(scope="module", params=["onebit", "qwen3-numpy"])
+def correct_port(request):
+    from pytest_specverify.protocol import PortOptions
+
+    if request.param == "onebit":
+        from pytest_specverify.adapters.onebit import make_port
+    else:
+        from tests.ports.qwen3_numpy import make_port
+    return make_port(PortOptions())
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_no_check_fails_on_a_correct_port(correct_port, check):
+    CHECKS[check](correct_port)

@@ -1,0 +1,164 @@
+"""Deliberately broken ports: each breaks one thing a speculative engine can get wrong.
+
+``build(name)`` returns a ``SpecPort``. Target-level mutants of the hybrid engine subclass
+``onebit_engine.target.Target`` (they need its GDN conv/recurrent state); KV and loop mutants break the
+second port (``qwen3_numpy``), whose loop this suite owns. ``tests/plugin/test_mutants_caught.py``
+holds the table of which check catches which mutant.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tests.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop
+
+
+# -- hybrid engine (onebit_engine) target mutants --------------------------------------------------------
+def _onebit_port(target_class, name):
+    from onebit_engine.synthetic import random_weights, tiny_config
+    from pytest_specverify.adapters.onebit import TINY, OnebitPort
+
+    cfg = tiny_config(**TINY)
+    return OnebitPort(target_class(cfg, random_weights(cfg, 1000)), name=name)
+
+
+def _engine_mutants():
+    from onebit_engine.state import GDNLayerState
+    from onebit_engine.target import Target
+
+    def gdn(state):
+        return {i: s.copy() for i, s in enumerate(state.layers) if isinstance(s, GDNLayerState)}
+
+    class ConvNotRestored(Target):
+        """On a partial accept the conv window keeps every verified row (only the recurrent state is fixed)."""
+
+        def commit(self, state, accepted_rows, **kw):
+            after, partial = gdn(state), accepted_rows < state.pending.rows
+            super().commit(state, accepted_rows, **kw)
+            if partial:
+                for i, s in after.items():
+                    state.layers[i].conv = s.conv
+
+    class RecurrentNotRestored(Target):
+        """On a partial accept the delta-rule matrix keeps every verified row."""
+
+        def commit(self, state, accepted_rows, **kw):
+            after, partial = gdn(state), accepted_rows < state.pending.rows
+            super().commit(state, accepted_rows, **kw)
+            if partial:
+                for i, s in after.items():
+                    state.layers[i].rec = s.rec
+
+    class FullAcceptBranchOnPartial(Target):
+        """The keep path's "full accept: keep the batch state" branch also fires when one row is rejected."""
+
+        def commit(self, state, accepted_rows, *, path="keep", **kw):
+            after = gdn(state)
+            taken = path == "keep" and accepted_rows == state.pending.rows - 1 and accepted_rows > 0
+            super().commit(state, accepted_rows, path=path, **kw)
+            if taken:
+                for i, s in after.items():
+                    state.layers[i] = s
+
+    class SnapshotAfterVerify(Target):
+        """The pre-verify snapshot is taken after the verify ran (so a rollback restores nothing)."""
+
+        def verify(self, tokens, state, **kw):
+            out = super().verify(tokens, state, **kw)
+            state.pending.snapshot = {i: state.layers[i].copy() for i in state.pending.snapshot}
+            return out
+
+    return {"conv_not_restored": ConvNotRestored, "recurrent_not_restored": RecurrentNotRestored,
+            "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify}
+
+
+# -- second port: KV / commit mutants ---------------------------------------------------------------------
+class KVNotTrimmed(Qwen3Numpy):
+    """commit() moves the position but leaves every verified row in the KV cache."""
+
+    def commit(self, state, accepted_rows):
+        start, rows = state.pending
+        super().commit(state, accepted_rows)
+        for c in state.caches:
+            c.length = start + rows
+
+
+class KVTrimShort(Qwen3Numpy):
+    """The KV cache is trimmed one row short of the accepted rows."""
+
+    def commit(self, state, accepted_rows):
+        start, _ = state.pending
+        super().commit(state, accepted_rows)
+        for c in state.caches:
+            c.length = max(start + accepted_rows - 1, 0)
+
+
+class KVTrimLong(Qwen3Numpy):
+    """The KV cache keeps one row more than accepted."""
+
+    def commit(self, state, accepted_rows):
+        start, rows = state.pending
+        super().commit(state, accepted_rows)
+        for c in state.caches:
+            c.length = min(start + accepted_rows + 1, start + rows)
+
+
+class ZeroDraftAdvances(Qwen3Numpy):
+    """A zero-draft round (a 1-row verify of [last]) keeps its row even when nothing was accepted."""
+
+    def commit(self, state, accepted_rows):
+        if state.pending[1] == 1:
+            accepted_rows = 1
+        super().commit(state, accepted_rows)
+
+
+# -- second port: loop mutants -------------------------------------------------------------------------
+class BonusDropped(SpecLoop):
+    """After a full accept the bonus token is not emitted (the next round's anchor is then wrong)."""
+
+    def emitted(self, drafts, a, bonus):
+        return list(drafts[:a]) + ([bonus] if a < len(drafts) else [])
+
+
+class BonusDuplicated(SpecLoop):
+    """The bonus token is emitted twice."""
+
+    def emitted(self, drafts, a, bonus):
+        return list(drafts[:a]) + [bonus, bonus]
+
+
+class ContextWrongRows(SpecLoop):
+    """The draft gets the verify rows shifted by one ([d1..d(a+1)] instead of [last, d1..da])."""
+
+    def context_rows(self, taps, a):
+        return taps[1 : a + 2]
+
+
+class ResidualWrong(SpecLoop):
+    """At a rejection the bonus is drawn from normalize(max(0, q - p)) instead of max(0, p - q)."""
+
+    def residual(self, p, q):
+        r = np.maximum(q - p, 0.0)
+        return r / r.sum() if r.sum() > 0 else p
+
+
+_PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimShort, "kv_trimmed_one_long": KVTrimLong,
+                "zero_draft_round_advances": ZeroDraftAdvances}
+_PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
+               "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong}
+ENGINE_MUTANTS = ("conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify")
+NAMES = ENGINE_MUTANTS + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
+
+
+def build(name: str):
+    """The mutant port called ``name`` (one of ``NAMES``)."""
+    if name in ENGINE_MUTANTS:
+        return _onebit_port(_engine_mutants()[name], f"onebit[{name}]")
+    if name in _PORT_MODELS:
+        port = Qwen3Port(model_class=_PORT_MODELS[name])
+    elif name in _PORT_LOOPS:
+        port = Qwen3Port()
+        port.loop_class = _PORT_LOOPS[name]
+    else:
+        raise KeyError(f"no mutant {name!r}; known: {NAMES}")
+    port.name = f"qwen3-numpy[{name}]"
+    return port

@@ -1,0 +1,125 @@
+"""host-int: fast kernel == numpy twin bitwise, row independence, and matmul == the contract formula."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from onebit_engine.gemm import Linear, get_backend, known_backends
+from onebit_engine.gemm import int_kernels
+from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.gemm.int_kernels import matmul_int, matmul_int_reference
+from onebit_engine.quant import FORMATS, quantize_weight
+
+KERNELS = ["numpy"] + (["numba"] if int_kernels.HAVE_NUMBA else [])
+
+
+def contract(x, w):
+    """The device numerics contract of docs/CONTRACTS.md, written out independently."""
+    amax = np.max(np.abs(x), axis=1)
+    sa = np.array([a / np.float32(127) if a > 0 else np.float32(1.0) for a in amax], np.float32)
+    xq = np.clip(np.rint(x / sa[:, None]), -127, 127).astype(np.int8)
+    wmax = np.max(np.abs(w), axis=1)
+    sw = np.array([m / np.float32(127) if m > 0 else np.float32(1.0) for m in wmax], np.float32)
+    wq = np.clip(np.rint(w / sw[:, None]), -127, 127).astype(np.int8)
+    acc = np.zeros((x.shape[0], w.shape[0]), np.int64)
+    for r in range(x.shape[0]):
+        acc[r] = (wq.astype(np.int64) * xq[r].astype(np.int64)).sum(axis=1)
+    return (acc.astype(np.int32).astype(np.float32) * sa[:, None]) * sw[None, :]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=20, deadline=None)
+@given(m=st.integers(1, 16), k=st.integers(1, 40).map(lambda v: 2 * v - 1), n=st.integers(1, 20).map(lambda v: 2 * v - 1),
+       seed=st.integers(0, 2**32 - 1))
+def test_fast_kernel_equals_numpy_twin_bitwise(kernel, fmt, m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    qw = quantize_weight(rng.standard_normal((n, k)).astype(np.float32), fmt)
+    xq = rng.integers(-127, 128, (m, k)).astype(np.int8)
+    got = matmul_int(xq, fmt, qw.data, threads=1, kernel=kernel)
+    assert got.dtype == np.int32
+    assert np.array_equal(got, matmul_int_reference(xq, qw.codes()))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_extreme_codes_do_not_wrap(kernel):
+    k = 4099
+    xq = np.full((2, k), -127, np.int8)
+    xq[1] = 127
+    w = np.full((3, k), 127, np.int8)
+    w[1] = -127
+    qw = quantize_weight(w.astype(np.float32), "int8")
+    got = matmul_int(xq, "int8", qw.data, threads=1, kernel=kernel)
+    assert got[0, 0] == -k * 127 * 127 and got[1, 1] == -k * 127 * 127
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_row_is_independent_of_neighbours_and_position(fmt):
+    rng = np.random.default_rng(3)
+    b = HostIntBackend(weight_format=fmt)
+    packed = b.pack(rng.standard_normal((37, 65)).astype(np.float32))
+    row = rng.standard_normal((1, 65)).astype(np.float32)
+    alone = b.matmul(row, packed)[0]
+    for m in (2, 8, 16):
+        for pos in (0, m - 1):
+            x = rng.standard_normal((m, 65)).astype(np.float32) * 50
+            x[pos] = row[0]
+            assert np.array_equal(b.matmul(x, packed)[pos], alone)
+
+
+def test_host_int_equals_the_contract_formula():
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((33, 71)).astype(np.float32)
+    w[5] = 0.0
+    x = rng.standard_normal((8, 71)).astype(np.float32) * np.float32(3)
+    x[3] = 0.0
+    x[6, :7] = [0.5, -0.5, 1.5, 2.5, -2.5, 127.0, -127.0]  # exact half-way ties after scaling
+    b = get_backend("host-int")
+    got = b.matmul(x, b.pack(w))
+    assert np.array_equal(got, contract(x, w))
+    assert np.array_equal(got[3], np.zeros(33, np.float32))
+
+
+def test_zero_padded_rows_give_zero_through_linear():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((16, 24)).astype(np.float32)
+    lin = Linear.from_weight(w, get_backend("host-int"), row_set=8)
+    x = rng.standard_normal((3, 24)).astype(np.float32)
+    y = lin(x)
+    assert y.shape == (3, 16)
+    assert np.array_equal(y, contract(np.vstack([x, np.zeros((5, 24), np.float32)]), w)[:3])
+
+
+def test_threads_do_not_change_bits():
+    if not int_kernels.HAVE_NUMBA or int_kernels.numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs numba with 2 threads")
+    rng = np.random.default_rng(6)
+    qw = quantize_weight(rng.standard_normal((300, 129)).astype(np.float32), "int4")
+    xq = rng.integers(-127, 128, (8, 129)).astype(np.int8)
+    assert np.array_equal(matmul_int(xq, "int4", qw.data, threads=1), matmul_int(xq, "int4", qw.data, threads=2))
+
+
+def test_registered_and_described():
+    assert "host-int" in known_backends()
+    b = get_backend("host-int", weight_format="ternary", kernel="numpy")
+    d = b.describe()
+    assert b.exact and d["backend"] == "host-int" and d["kernel"] == "numpy"
+    assert d["kernel_set"] == int_kernels.KERNEL_SETS["numpy"] and len(d["hash"]) == 16
+    assert "ternary" in d["numerics"] and "half-even" in d["numerics"]
+
+
+def test_pack_accepts_a_prequantized_weight():
+    qw = quantize_weight(np.ones((4, 6), np.float32), "int4")
+    assert HostIntBackend().pack(qw) is qw
+
+
+def test_errors_name_value_and_fix():
+    with pytest.raises(ValueError, match="'int5' is unknown"):
+        HostIntBackend(weight_format="int5")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        b = HostIntBackend()
+        b.matmul(np.array([[np.inf, 1.0]], np.float32), b.pack(np.ones((2, 2), np.float32)))
+    with pytest.raises(ValueError, match="split the layer along K"):
+        int_kernels.check_k(int_kernels.MAX_K + 1)
+    if int_kernels.HAVE_NUMBA:
+        with pytest.raises(ValueError, match="NUMBA_NUM_THREADS"):
+            matmul_int(np.zeros((1, 2), np.int8), "int8", np.zeros((1, 2), np.uint8), threads=10**4)
