@@ -1,3 +1,5 @@
+pytest_plugins = ["pytester"]
+
 import os
 
 from hypothesis import HealthCheck, settings
