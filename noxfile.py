@@ -1,5 +1,6 @@
-"""Sessions: ``host`` (CI, no NPU), ``device`` (needs an NPU; fails without one), ``bench``,
-``kernels`` (needs the mlir-aie toolchain), ``lint``. Every session forwards ``session.posargs``."""
+"""Sessions: ``host`` (CI, no NPU), ``device`` (needs an NPU; fails without one), ``bench``
+(benchmarks, writes docs/benchmarks.md), ``kernels`` (needs the mlir-aie toolchain), ``train`` (the
+built-in pair), ``lint``. Every session forwards ``session.posargs``."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 # torch is pinned to the CPU build this platform carries; a bare "torch" would pull a CUDA build.
 TORCH = "torch==2.13.0"
+# One BLAS / OpenMP thread: on a 2-core machine a competing busy thread made 2-thread OpenBLAS 2-2.5x
+# slower, and measured ratios must not depend on who else is running.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 
 
 def _install(session: nox.Session, extras: str) -> None:
@@ -28,6 +32,49 @@ def host(session: nox.Session) -> None:
     """The whole host test suite (no NPU): engine, HF/DFlash oracles, plugin, fake-XRT device side."""
     _install(session, "test,oracle,fast,cli,train")
     session.run(
-        "pytest", "-p", "no:cacheprovider", "-n", os.environ.get("PYTEST_WORKERS", "2"), "-m", "not device",
-        *session.posargs, env={"HYPOTHESIS_PROFILE": "ci", "OMP_NUM_THREADS": "1"},
+        "pytest", "-p", "no:cacheprovider", "-n", os.environ.get("PYTEST_WORKERS", "2"), "--benchmark-skip",
+        *session.posargs, env={"HYPOTHESIS_PROFILE": "ci", **ONE_THREAD},
     )
+
+
+@nox.session(python="3.11", default=False, tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """Benchmarks (pytest-benchmark, one process, ratios taken in one run), then docs/benchmarks.md."""
+    _install(session, "test,oracle,fast,cli,bench")
+    env = {"ONEBIT_BENCH": "1", **ONE_THREAD}
+    session.run("pytest", "tests/bench", "-p", "no:xdist", "-p", "no:cacheprovider", "--benchmark-enable",
+                "--benchmark-only", "--benchmark-json=.bench/bench.json", *session.posargs, env=env)
+    session.run("python", "tools/make_benchmarks_md.py", env=env)
+
+
+@nox.session(python="3.11", default=False, tags=["device"])
+def device(session: nox.Session) -> None:
+    """Needs an AMD XDNA NPU and XRT's pyxrt: fails with the reason when there is none."""
+    # pyxrt ships with XRT, not PyPI: the venv sees the system's site-packages and XRT's python dir.
+    xrt = os.environ.get("XILINX_XRT", "/opt/xilinx/xrt")
+    env = {"PYTHONPATH": os.path.join(xrt, "python"), **ONE_THREAD}
+    _install(session, "test,oracle,fast,cli,bench")
+    session.run("python", "tools/device_check.py", env=env)
+    session.run("pytest", "-p", "no:cacheprovider", "-m", "device or replay_check", "--specverify-require-device",
+                "--benchmark-enable", *session.posargs, env=env)
+
+
+@nox.session(python="3.11", default=False, tags=["kernels"])
+def kernels(session: nox.Session) -> None:
+    """Build the NPU GEMM artifacts (needs mlir-aie / IRON, aiecc and Peano; says what is missing)."""
+    session.install("numpy")
+    session.run("python", "kernels/build.py", *session.posargs)
+
+
+@nox.session(python="3.11", default=False)
+def train(session: nox.Session) -> None:
+    """Retrain the built-in target + DFlash 2 pair on the CPU (see docs/trained-pair.md)."""
+    _install(session, "train,fast")
+    session.run("python", "tools/train_pair.py", *session.posargs, env={"OMP_NUM_THREADS": "2"})
+
+
+@nox.session(python="3.11", default=False)
+def lint(session: nox.Session) -> None:
+    """ruff over the packages, tests, tools and this file."""
+    session.install("ruff")
+    session.run("ruff", "check", "--select", "E9,F", "src", "tests", "tools", "noxfile.py", *session.posargs)

@@ -3,7 +3,7 @@ from .config import TargetConfig
 from .errors import (
     BackendUnavailable, CheckpointError, ConfigError, OnebitError, StateError, StateMismatch, WeightError,
 )
-from .gemm import get_backend, known_backends
+from .gemm import available_backends, get_backend, known_backends
 from .state import TargetState
 from .target import COMMIT_PATHS, Output, Target, load_target
 from .generate import GenerateResult, generate
@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "TargetConfig", "Target", "TargetState", "Output", "load_target", "COMMIT_PATHS",
-    "get_backend", "known_backends", "generate", "GenerateResult", "speculative_generate", "SpecResult",
+    "get_backend", "known_backends", "available_backends", "generate", "GenerateResult", "speculative_generate", "SpecResult",
     "RoundStats", "Draft", "load_draft",
     "OnebitError", "ConfigError", "WeightError", "CheckpointError", "BackendUnavailable", "StateError", "StateMismatch",
 ]

@@ -28,6 +28,67 @@ def run_provenance(target, **extra: Any) -> dict[str, Any]:
     desc = target.backend.describe()
     return {
         "engine_version": __version__, "git_revision": git_revision(), "backend": desc.get("backend"),
-        "kernel_set": desc.get("kernel_set"), "row_set": target.row_set, "model_type": target.config.model_type,
+        "kernel_set": desc.get("kernel_set"), "kernel_hash": desc.get("manifest_hash") or desc.get("hash"),
+        "backend_events": desc.get("events"), "row_set": target.row_set, "model_type": target.config.model_type,
         "machine": f"{platform.machine()} {platform.processor() or platform.system()}", **extra,
     }
+
+
+def checkpoint_hash(folder: "str | Path") -> str:
+    """sha256 over a checkpoint's files (config.json, *.safetensors, the shard index), in name order.
+
+    The file names are hashed with the bytes, so a renamed shard changes the hash. A single file
+    (a quantized weight file) is hashed on its own.
+    """
+    import hashlib
+
+    p = Path(folder)
+    if p.is_file():
+        files = [p]
+    else:
+        files = sorted(f for f in p.iterdir() if f.is_file() and (f.suffix in (".json", ".safetensors")))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def machine() -> dict[str, Any]:
+    """The host, for a benchmark's provenance: architecture, CPU model, logical CPUs, Python, numpy."""
+    import os
+
+    import numpy as np
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"arch": platform.machine(), "cpu": cpu, "logical_cpus": os.cpu_count(), "system": platform.system(),
+            "python": platform.python_version(), "numpy": np.__version__}
+
+
+def pair_provenance(target, *, model_hash: str, draft=None, draft_hash: str | None = None, **extra: Any) -> dict[str, Any]:
+    """``run_provenance`` plus what identifies the pair: checkpoint sha256s, the kernel manifest hash,
+    the backend's options and the draft's backend (the draft's projections may run elsewhere)."""
+    desc = target.backend.describe()
+    prov = run_provenance(target, **extra)
+    prov.update(kernel_hash=desc.get("hash"), backend_options={k: desc[k] for k in ("weight_format", "threads", "kernel") if k in desc},
+                model_hash=model_hash, draft_hash=draft_hash)
+    if draft is not None:
+        dbe = _draft_backend(draft)
+        prov.update(draft_backend=dbe.get("backend"), draft_kernel_set=dbe.get("kernel_set"), draft_kernel_hash=dbe.get("hash"),
+                    draft_version=draft.config.version, block_size=draft.config.block_size)
+    return prov
+
+
+def _draft_backend(draft) -> dict[str, Any]:
+    fc = getattr(draft, "fc", None)
+    be = getattr(fc, "backend", None)
+    return be.describe() if be is not None else {}

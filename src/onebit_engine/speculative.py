@@ -226,7 +226,8 @@ def speculative_generate(
     draft_desc = getattr(getattr(draft, "backend", None), "describe", lambda: {})()
     res.provenance = run_provenance(
         target, mode="speculative", commit_path=commit_path, k=k, temperature=temperature,
-        draft_backend=draft_desc.get("backend"), draft_version=getattr(getattr(draft, "config", None), "version", None),
+        draft_backend=draft_desc.get("backend"), draft_kernel_set=draft_desc.get("kernel_set"),
+        draft_backend_events=draft_desc.get("events"), draft_version=getattr(getattr(draft, "config", None), "version", None),
         fallback=None if fallback is None else (fallback if isinstance(fallback, str) else "custom"),
     )
     return res

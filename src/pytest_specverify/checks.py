@@ -47,6 +47,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
     path, then one step; the state (after the commit and after the step) and the step's logits must
     equal prefill + the same rows as single steps. Also: every verify row's logits equal the single
     step's."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -66,7 +67,8 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
         bonus = _argmax(ref_logits[k])
         for path in paths:
             for r in range(k + 2):
-                where = f"commit path {path!r}, k={k}, rows [last, d1..d{k}] = {rows}, kept {r} rows ({_rows_label(r, k)})"
+                shape = f"[last, d1..d{k}]" if k else "[last]"
+                where = f"commit path {path!r}, k={k}, rows {shape} = {rows}, kept {r} rows ({_rows_label(r, k)})"
                 st = port.new_state()
                 port.prefill(st, prompt)
                 ver = np.asarray(port.verify(st, rows, path=path).logits)
@@ -120,6 +122,7 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
                     commit_path: str | None = None, plain: Sequence[int] | None = None, label: str = "") -> CheckReport:
     """Speculative greedy output == plain greedy output of the same port. A divergence fails unless
     the profile is not exact and the plain logits' top-2 margin there is a near-tie."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     import numpy as np
 
     report = CheckReport("greedy_identity")
@@ -160,6 +163,7 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
     """Runs the port's loop with a :class:`ForcingDraft`: each round must accept exactly the scripted
     count, the output must be plain greedy, the draft must get the right anchor and context rows, and
     every accept count in the pattern (incl. 0 and the full k) must actually have happened."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     import numpy as np
 
     pattern = list(pattern if pattern is not None else default_pattern(k))
@@ -198,6 +202,7 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
 def self_draft_accepts_all(port, prompt: Sequence[int], *, k: int, max_new_tokens: int, tol: Tolerance,
                            commit_path: str | None = None) -> CheckReport:
     """Draft == target: at T = 0 every draft is accepted (exact ports) and the output is plain greedy."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     draft = SelfDraft(port, prompt)
     report = greedy_identity(port, prompt, draft, max_new_tokens=max_new_tokens, k=k, tol=tol,
                              commit_path=commit_path, label="self-draft: ")
@@ -216,6 +221,7 @@ def self_draft_accepts_all(port, prompt: Sequence[int], *, k: int, max_new_token
 def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *, seed: int = 0) -> CheckReport:
     """On a full accept, the state the batch left ("keep") equals the replayed state bit for bit
     (max |diff| 0, whatever the profile), and the port's own replay check agrees."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     import numpy as np
 
     paths = list(port.commit_paths)

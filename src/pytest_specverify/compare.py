@@ -29,7 +29,7 @@ def first_state_difference(got: Mapping[str, Any], ref: Mapping[str, Any], tol: 
         diff = np.abs(a64 - b64)
         bad = (a != b) if tol.exact else ~np.isclose(a64, b64, atol=tol.atol, rtol=tol.rtol)
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
-        return (f"array {name!r} first differs at index {idx}: port {a[idx]!r} vs reference {b[idx]!r} "
+        return (f"array {name!r} first differs at index {idx}: port {a[idx].item()!r} vs reference {b[idx].item()!r} "
                 f"(max |diff| {float(diff.max()):.3e}, {int(bad.sum())} of {a.size} elements outside {tol.describe()})")
     return None
 

@@ -13,6 +13,7 @@ from .tolerance import Tolerance
 
 def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, max_examples: int = 15,
                     steps: int = 8, paths: Sequence[str] | None = None) -> dict:
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     import numpy as np
     from hypothesis import settings, strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test

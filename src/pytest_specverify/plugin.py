@@ -38,7 +38,7 @@ def pytest_addoption(parser):
         help="tolerance profile (exact, fp32, fp16, npu; None: the port's declared one). Default: %(default)r")
     add("--specverify-seed", metavar="INT", type=int, default=0,
         help="base seed; each test uses seed + crc32(nodeid). Default: %(default)r")
-    add("--specverify-samples", metavar="N", type=int, default=1200,
+    add("--specverify-samples", metavar="N", type=int, default=800,
         help="seeded runs in the sampling-distribution check. Default: %(default)r")
     add("--specverify-require-device", action="store_true", default=False,
         help="error (instead of skip) when a 'device' test finds no NPU; nox -s device passes it. Default: %(default)r")
@@ -76,7 +76,7 @@ def pytest_report_header(config):
     dev = ("present: " if s.device.present else "absent: ") + s.device.reason
     return [f"specverify: port={s.port} backend={s.backend or 'port default'} row_set={s.row_set or 'port default'} "
             f"seed={s.seed} profile={s.profile or 'port default'} k={','.join(map(str, s.k_values))} "
-            f"prompts={s.prompt_set}x{s.num_prompts}",
+            f"prompts={s.prompt_set} ({s.num_prompts})",
             f"specverify device: {dev}" + (" (required)" if s.require_device else "")]
 
 
@@ -178,29 +178,32 @@ def self_draft(specverify_port):
 
 
 # -- fixtures: the checks, bound to the port, the profile and the options -------------------------------
-def _bound(request, fn, **bound):
+def _run(request, fn, *args, **kwargs):
+    """Call a check; NotSupported becomes a skip, the report lands in the test's user_properties."""
+    __tracebackhide__ = True
     from .protocol import NotSupported
 
-    def call(*args, **kwargs):
-        try:
-            report = fn(*args, **{**bound, **kwargs})
-        except NotSupported as exc:
-            pytest.skip(str(exc))
-        if report is not None:
-            request.node.user_properties.append((getattr(report, "name", fn.__name__), repr(getattr(report, "metrics", report))))
-        return report
-
-    return call
+    try:
+        report = fn(*args, **kwargs)
+    except NotSupported as exc:
+        pytest.skip(str(exc))
+    if report is not None:
+        request.node.user_properties.append((getattr(report, "name", fn.__name__), repr(getattr(report, "metrics", report))))
+    return report
 
 
 @pytest.fixture
 def check_commit_equivalence(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_commit_equivalence(prompt_ids, k_values=None, paths=None)``: check 1."""
+    """``check_commit_equivalence(prompt_ids, k_values=None, paths=None)``: check 1 (every commit path,
+    every kept-row count 0..k+1, then one step, against single steps)."""
     from .checks import commit_equivalence
 
-    s = specverify_settings
-    f = _bound(request, commit_equivalence, tol=specverify_tolerance, seed=specverify_seed)
-    return lambda prompt, k_values=None, **kw: f(specverify_port, prompt, k_values or s.k_values, **kw)
+    def check(prompt, k_values=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, commit_equivalence, specverify_port, prompt, k_values or specverify_settings.k_values,
+                    tol=specverify_tolerance, seed=specverify_seed, **kw)
+
+    return check
 
 
 @pytest.fixture
@@ -210,47 +213,57 @@ def check_greedy_identity(request, specverify_port, specverify_tolerance, specve
     from .checks import greedy_identity
 
     s = specverify_settings
-    f = _bound(request, greedy_identity, tol=specverify_tolerance)
 
-    def run(prompt, draft=None, *, k=None, max_new_tokens=None, **kw):
-        from .protocol import NotSupported
+    def check(prompt, draft=None, *, k=None, max_new_tokens=None, **kw):
+        __tracebackhide__ = True
+        d = draft if draft is not None else _run(request, specverify_port.make_draft)
+        return _run(request, greedy_identity, specverify_port, prompt, d, k=k or s.spec_k,
+                    max_new_tokens=max_new_tokens or s.max_new_tokens, tol=specverify_tolerance, **kw)
 
-        try:
-            d = draft if draft is not None else specverify_port.make_draft()
-        except NotSupported as exc:
-            pytest.skip(str(exc))
-        return f(specverify_port, prompt, d, k=k or s.spec_k, max_new_tokens=max_new_tokens or s.max_new_tokens, **kw)
-
-    return run
+    return check
 
 
 @pytest.fixture
 def check_forced_acceptance(request, specverify_port, specverify_tolerance, specverify_settings):
-    """``check_forced_acceptance(prompt_ids, k=None, pattern=None, commit_path=None)``: every accept count
-    0..k on purpose, counted."""
+    """``check_forced_acceptance(prompt_ids, k=None, pattern=None, commit_path=None)``: the loop with a
+    forcing draft; every accept count 0..k on purpose, counted."""
     from .checks import forced_acceptance
 
-    f = _bound(request, forced_acceptance, tol=specverify_tolerance)
-    return lambda prompt, k=None, **kw: f(specverify_port, prompt, k=k or specverify_settings.spec_k, **kw)
+    def check(prompt, k=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, forced_acceptance, specverify_port, prompt, k=k or specverify_settings.spec_k,
+                    tol=specverify_tolerance, **kw)
+
+    return check
 
 
 @pytest.fixture
 def check_self_draft(request, specverify_port, specverify_tolerance, specverify_settings):
+    """``check_self_draft(prompt_ids, k=None, max_new_tokens=None)``: draft == target accepts everything."""
     from .checks import self_draft_accepts_all
 
     s = specverify_settings
-    f = _bound(request, self_draft_accepts_all, tol=specverify_tolerance)
-    return lambda prompt, k=None, max_new_tokens=None, **kw: f(
-        specverify_port, prompt, k=k or s.spec_k, max_new_tokens=max_new_tokens or s.max_new_tokens, **kw)
+
+    def check(prompt, k=None, max_new_tokens=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, self_draft_accepts_all, specverify_port, prompt, k=k or s.spec_k,
+                    max_new_tokens=max_new_tokens or s.max_new_tokens, tol=specverify_tolerance, **kw)
+
+    return check
 
 
 @pytest.fixture
 def check_replay(request, specverify_port, specverify_settings, specverify_seed):
-    """``check_replay(prompt_ids)``: check 3 (full accepts: kept state == replayed state, max diff 0)."""
+    """``check_replay(prompt_ids, k_values=None)``: check 3 (full accepts: kept state == replayed state,
+    max diff 0)."""
     from .checks import replay_matches_keep
 
-    f = _bound(request, replay_matches_keep, seed=specverify_seed)
-    return lambda prompt, k_values=None: f(specverify_port, prompt, k_values or specverify_settings.k_values)
+    def check(prompt, k_values=None):
+        __tracebackhide__ = True
+        return _run(request, replay_matches_keep, specverify_port, prompt, k_values or specverify_settings.k_values,
+                    seed=specverify_seed)
+
+    return check
 
 
 @pytest.fixture
@@ -258,8 +271,12 @@ def check_sampling(request, specverify_port, specverify_settings, specverify_see
     """``check_sampling(prompt_ids, samples=None)``: check 4 (distribution preservation at T > 0)."""
     from .sampling import sampling_distribution
 
-    f = _bound(request, sampling_distribution, seed=specverify_seed)
-    return lambda prompt, samples=None, **kw: f(specverify_port, prompt, samples=samples or specverify_settings.samples, **kw)
+    def check(prompt, samples=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, sampling_distribution, specverify_port, prompt,
+                    samples=samples or specverify_settings.samples, seed=specverify_seed, **kw)
+
+    return check
 
 
 @pytest.fixture
@@ -267,5 +284,9 @@ def check_fuzz(request, specverify_port, specverify_tolerance, specverify_settin
     """``check_fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``: check 5 (Hypothesis state machine)."""
     from .fuzz import run_commit_fuzz
 
-    f = _bound(request, run_commit_fuzz, tol=specverify_tolerance)
-    return lambda prompt, k_max=None, **kw: f(specverify_port, prompt, k_max=k_max or specverify_settings.spec_k, **kw)
+    def check(prompt, k_max=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, run_commit_fuzz, specverify_port, prompt, k_max=k_max or specverify_settings.spec_k,
+                    tol=specverify_tolerance, **kw)
+
+    return check

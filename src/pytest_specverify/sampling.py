@@ -34,6 +34,7 @@ def draft_distribution(vocab: int, seed: int, sharpness: float = 1.5):
 
 def sampling_distribution(port, prompt: Sequence[int], *, samples: int, seed: int = 0, temperature: float = 1.0,
                           alpha: float = 1e-6, commit_path: str | None = None) -> CheckReport:
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     import numpy as np
 
     V = port.vocab_size

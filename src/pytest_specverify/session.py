@@ -28,7 +28,7 @@ class Settings:
     k_values: tuple[int, ...] = (0, 1, 3)
     profile: str | None = None
     seed: int = 0
-    samples: int = 1200
+    samples: int = 800
     max_new_tokens: int = 24
     require_device: bool = False
     device: DeviceStatus | None = field(default=None)

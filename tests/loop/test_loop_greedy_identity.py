@@ -6,13 +6,13 @@ from onebit_engine import ConfigError, COMMIT_PATHS
 from onebit_engine.draft import load_draft
 from onebit_engine.draft.synthetic import write_synthetic_draft
 from onebit_engine.generate import generate
-from onebit_engine.gemm import get_backend, known_backends
+from onebit_engine.gemm import available_backends, get_backend
 from onebit_engine.speculative import speculative_generate
 from onebit_engine.synthetic import random_target, tiny_config
 
 from .stubs import ScriptedDraft
 
-EXACT = [b for b in known_backends() if get_backend(b).exact]
+EXACT = [b for b in available_backends() if get_backend(b).exact]
 PAIRS = [(seed, version) for seed in range(4) for version in (1, 2)]
 COUNTS = {"prompts": 0, "pairs": 0}
 

@@ -6,10 +6,10 @@ the state those a steps leave - on every backend that claims exactness.
 import numpy as np
 from hypothesis import given, strategies as st
 
-from onebit_engine.gemm import get_backend, known_backends
+from onebit_engine.gemm import available_backends, get_backend
 from onebit_engine.synthetic import random_target, tiny_config
 
-EXACT = [b for b in known_backends() if get_backend(b).exact]
+EXACT = [b for b in available_backends() if get_backend(b).exact]
 
 
 @st.composite

@@ -7,9 +7,9 @@ row set.) If a BLAS update ever breaks this, these tests fail before any model t
 import numpy as np
 import pytest
 
-from onebit_engine.gemm import Linear, get_backend, known_backends
+from onebit_engine.gemm import Linear, available_backends, get_backend
 
-EXACT = [b for b in known_backends() if get_backend(b).exact]
+EXACT = [b for b in available_backends() if get_backend(b).exact]
 
 
 @pytest.mark.parametrize("K,N", [(64, 96), (16, 1), (24, 5), (512, 768), (1024, 1024), (4096, 64)])

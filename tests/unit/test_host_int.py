@@ -4,12 +4,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from onebit_engine.gemm import Linear, get_backend, known_backends
-from onebit_engine.gemm import int_kernels
+from onebit_engine.gemm import int_kernels, native
 from onebit_engine.gemm.host_int import HostIntBackend
 from onebit_engine.gemm.int_kernels import matmul_int, matmul_int_reference
-from onebit_engine.quant import FORMATS, quantize_weight
+from onebit_engine.quant import FORMATS, dequantize_acc, quantize_rows, quantize_weight
 
-KERNELS = ["numpy"] + (["numba"] if int_kernels.HAVE_NUMBA else [])
+KERNELS = ["numpy"] + (["numba"] if int_kernels.HAVE_NUMBA else []) + (["native"] if native.available() else [])
 
 
 def contract(x, w):
@@ -41,6 +41,27 @@ def test_fast_kernel_equals_numpy_twin_bitwise(kernel, fmt, m, k, n, seed):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 16), k=st.integers(1, 300), n=st.integers(1, 40), seed=st.integers(0, 2**32 - 1),
+       mag=st.sampled_from([1e-30, 1e-3, 1.0, 3e4, 1e30]), zero_row=st.booleans())
+def test_backend_matmul_equals_numpy_twin_bitwise(kernel, fmt, m, k, n, seed, mag, zero_row):
+    """The whole contract (quantize, exact product, epilogue) of each kernel == the numpy twin, any K
+    (tails of every chunk size), any magnitude, zero rows included."""
+    rng = np.random.default_rng(seed)
+    b = HostIntBackend(weight_format=fmt, kernel=kernel)
+    packed = b.pack(rng.standard_normal((n, k)).astype(np.float32))
+    x = (rng.standard_normal((m, k)) * mag).astype(np.float32)
+    x[m // 2] = np.round(x[m // 2] * 2) / 2  # half-way ties after scaling are likely in some rows
+    if zero_row:
+        x[m - 1] = 0.0
+    xq, sa = quantize_rows(x)
+    want = dequantize_acc(matmul_int_reference(xq, packed.codes()), sa, packed.scale)
+    got = b.matmul(x, packed)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_extreme_codes_do_not_wrap(kernel):
     k = 4099
     xq = np.full((2, k), -127, np.int8)
@@ -57,6 +78,7 @@ def test_row_is_independent_of_neighbours_and_position(fmt):
     rng = np.random.default_rng(3)
     b = HostIntBackend(weight_format=fmt)
     packed = b.pack(rng.standard_normal((37, 65)).astype(np.float32))
+    assert b.kernel == KERNELS[-1]
     row = rng.standard_normal((1, 65)).astype(np.float32)
     alone = b.matmul(row, packed)[0]
     for m in (2, 8, 16):
@@ -87,6 +109,44 @@ def test_zero_padded_rows_give_zero_through_linear():
     y = lin(x)
     assert y.shape == (3, 16)
     assert np.array_equal(y, contract(np.vstack([x, np.zeros((5, 24), np.float32)]), w)[:3])
+
+
+@pytest.mark.skipif(not native.available(), reason="native kernel unavailable (needs ziglang and AVX2)")
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_native_threads_and_row_blocks_do_not_change_bits(fmt):
+    # 700 x 2100 packed rows are large enough for the native kernel to split the channels over threads
+    rng = np.random.default_rng(7)
+    b1, b3 = HostIntBackend(weight_format=fmt, threads=1, kernel="native"), HostIntBackend(weight_format=fmt, threads=3, kernel="native")
+    packed = b1.pack(rng.standard_normal((700, 2100 * int_kernels.CODES_PER_BYTE[fmt])).astype(np.float32))
+    x = rng.standard_normal((16, packed.shape[1])).astype(np.float32)
+    full = b1.matmul(x, packed)
+    assert np.array_equal(full, b3.matmul(x, packed))
+    for rows in (1, 7, 9):  # row blocks of 8: one partial block, and a second pass
+        assert np.array_equal(b1.matmul(x[:rows], packed), full[:rows])
+
+
+def test_native_refuses_non_finite_like_numpy():
+    if not native.available():
+        pytest.skip("native kernel unavailable")
+    b = HostIntBackend(kernel="native")
+    x = np.ones((3, 40), np.float32)
+    x[1, 37], x[2, 3] = np.nan, -np.inf
+    with pytest.raises(ValueError, match=r"rows \[1, 2\] hold NaN or inf"):
+        b.matmul(x, b.pack(np.ones((5, 40), np.float32)))
+
+
+def test_ternary_code_3_is_refused_at_pack():
+    from onebit_engine.quant import QuantWeight
+
+    bad = QuantWeight("ternary", (1, 4), np.full((1, 1), 0b11, np.uint8), np.ones(1, np.float32))
+    with pytest.raises(ValueError, match="code 3"):
+        HostIntBackend().pack(bad)
+
+
+def test_default_kernel_is_native_when_available():
+    b = HostIntBackend()
+    assert b.kernel == ("native" if native.available() else "numba" if int_kernels.HAVE_NUMBA else "numpy")
+    assert (b.describe()["native_unavailable"] == "") == native.available()
 
 
 def test_threads_do_not_change_bits():

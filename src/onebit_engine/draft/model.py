@@ -90,6 +90,7 @@ class Draft:
         self.lm_head = lm_head  # the target's, H -> V
         self.num_target_layers = num_target_layers
         self.selector = selector
+        self.backend = fc.backend  # the draft's own projections' backend (the run's provenance reports it)
         self.inv_freq = inv_freq(config.head_dim, config.rope_theta)  # [hd / 2]
         self.tap_index = np.asarray(config.target_layer_ids, dtype=np.int64)
 

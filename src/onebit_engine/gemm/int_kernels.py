@@ -1,12 +1,13 @@
 """Exact skinny integer GEMM: int8 activation codes ``xq [M, K]`` times packed weight codes
 ``[N, K]`` (int8 / int4 / ternary, see ``quant/formats.py``) -> int32 ``[M, N]``.
 
-``matmul_int_reference`` is the slow, obviously-correct numpy twin; ``matmul_int`` is the fast path
-(numba when importable, else a numpy float64-BLAS fallback). Both are exact integer products, so
+``matmul_int_reference`` is the slow, obviously-correct numpy twin; ``matmul_int`` is the fast path:
+``native`` (the AVX2 C kernel of ``host_int_kernel.c``, built with ziglang, see ``native.py``),
+``numba``, or a numpy float64-BLAS fallback. Both are exact integer products, so
 they agree bit for bit whatever the order of summation, the thread count or the other rows; the
 tests pin that. No environment is read here: callers pass ``threads`` explicitly.
 
-Numba kernel design (for M in 1..16): ``prange`` over blocks of ``_NB`` output channels; each
+The native kernel's design is in the header of ``host_int_kernel.c``. Numba kernel design (for M in 1..16): ``prange`` over blocks of ``_NB`` output channels; each
 channel's packed row is read from memory once and decoded into an int16 scratch row that stays in
 L1, then every activation row is dotted against it. The dot is written as an int32 reduction of
 int16 x int16 products, which LLVM lowers to ``vpmaddwd`` on AVX2. Exactness: |product| <= 127^2 and
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..quant.formats import CODES_PER_BYTE, unpack_codes
+from . import native
 
 try:  # the `fast` extra
     import numba
@@ -25,8 +27,14 @@ except ImportError:  # pragma: no cover - exercised by forcing kernel="numpy"
     numba = None
 
 HAVE_NUMBA = numba is not None
-KERNEL_SETS = {"numba": "numba-i16madd-nb16-v1", "numpy": "numpy-f64blas-v1"}
+KERNEL_SETS = {
+    "native": "c-avx2-maddubs-r8-v1",
+    "numba": "numba-i16madd-nb16-v1",
+    "numpy": "numpy-f64blas-v1",
+}
 MAX_K = (2**31 - 1) // (127 * 127)
+MAX_ROWS = 16  # rows per call of the native kernel (Linear's row sets are 1..16)
+MAX_THREADS = 64
 
 
 def matmul_int_reference(xq: np.ndarray, wq: np.ndarray) -> np.ndarray:
@@ -49,10 +57,20 @@ def matmul_int(xq: np.ndarray, fmt: str, data: np.ndarray, *, threads: int = 1, 
     """Fast exact product of ``xq`` int8 ``[M, K]`` with packed ``data`` of format ``fmt`` -> int32 ``[M, N]``."""
     k = xq.shape[1]
     check_k(k)
+    if fmt not in CODES_PER_BYTE:
+        raise ValueError(f"weight format {fmt!r} is unknown; choose one of {tuple(CODES_PER_BYTE)}")
+    if kernel == "native":
+        if not 1 <= threads <= MAX_THREADS:
+            raise ValueError(f"threads = {threads} must be in 1..{MAX_THREADS}")
+        lib = native.load()
+        xq = np.ascontiguousarray(xq, dtype=np.int8)
+        # rows are independent, so more than MAX_ROWS rows are simply run MAX_ROWS at a time
+        return np.concatenate([lib.gemm_int(fmt, xq[r:r + MAX_ROWS], data, threads)
+                               for r in range(0, max(xq.shape[0], 1), MAX_ROWS)])
     if kernel == "numpy" or not HAVE_NUMBA:
         return _matmul_numpy(xq, fmt, data)
     if kernel != "numba":
-        raise ValueError(f"kernel {kernel!r} is unknown; choose 'numba' or 'numpy'")
+        raise ValueError(f"kernel {kernel!r} is unknown; choose one of {sorted(KERNEL_SETS)}")
     if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
         raise ValueError(
             f"threads = {threads} must be in 1..{numba.config.NUMBA_NUM_THREADS} (numba's launch "
@@ -65,10 +83,8 @@ def matmul_int(xq: np.ndarray, fmt: str, data: np.ndarray, *, threads: int = 1, 
         _gemm_int8(x16, data.view(np.int8), out)
     elif fmt == "int4":
         _gemm_int4(x16, data, out)
-    elif fmt == "ternary":
-        _gemm_ternary(x16, data, out)
     else:
-        raise ValueError(f"weight format {fmt!r} is unknown; choose one of {tuple(CODES_PER_BYTE)}")
+        _gemm_ternary(x16, data, out)
     return out
 
 

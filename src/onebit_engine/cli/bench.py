@@ -1,0 +1,76 @@
+"""``onebit bench``: plain vs speculative in one process; ``onebit bench --compare A.json B.json``."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .. import bench
+from ..atomic import atomic_write_text
+from ..errors import ConfigError
+from . import models, ui
+
+
+def cmd_bench(args) -> int:
+    if args.compare:
+        return _compare(args)
+    loaded = models.load(args, need_draft=True)
+    one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
+    k = models.check_k(args.k, loaded.draft)
+    prompts = models.prompt_set(args, loaded)
+    prov = loaded.provenance(mode="bench")
+    prov["plain_1row_row_set"] = one_row.row_set
+    from ..provenance import machine
+
+    prov["host"] = machine()
+    with ui.Bar(args.repeats * len(prompts) * 3, "bench", ui.progress_enabled(args)) as bar:
+        doc = bench.run_bench(loaded.target, one_row, loaded.draft, prompts, k=k, commit_path=args.commit_path,
+                              max_new_tokens=args.max_new_tokens, repeats=args.repeats, provenance=prov, progress=bar)
+    doc["command"] = "onebit " + " ".join(args.argv)
+    if args.out:
+        atomic_write_text(args.out, ui.dumps(doc))
+    if args.json:
+        ui.print_json(doc)
+        return 0
+    r = doc["results"]
+    t = r["tokens_per_s"]
+    print(ui.table(["mode", "tok/s (median)", "vs plain"], [
+        (f"plain, row set {loaded.target.row_set}", t["plain"], 1.0),
+        ("plain, row set 1", t["plain_1row"], t["plain_1row"] / t["plain"]),
+        (f"speculative, k={k}, {args.commit_path}", t["speculative"], r["ratio_vs_plain"]),
+    ]))
+    print(f"\nratio speculative / plain (same row set): {r['ratio_vs_plain']:.3f}   "
+          f"speculative / plain at 1 row: {r['ratio_vs_plain_1row']:.3f}")
+    print(f"acceptance {r['acceptance']:.3f}, {r['tokens_per_round']:.2f} tokens/round; a round costs {r['round_cost_steps']:.2f} "
+          f"plain steps (draft {r['draft_ms']:.2f} + verify {r['verify_ms']:.2f} + commit {r['commit_ms']:.2f} ms); "
+          f"predicted speedup from acceptance and costs {r['predicted_speedup']:.3f}")
+    same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy at {r['first_difference']}"
+    print(f"output: {same}; {len(prompts)} prompts x {args.repeats} repeats x {args.max_new_tokens} tokens  "
+          f"[{loaded.source}; {prov['backend']} ({prov['kernel_set']}), git {prov['git_revision']}]")
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _read(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"benchmark result {path!r} does not exist; write one with `onebit bench --out {path}`")
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"benchmark result {path!r} is not valid JSON ({e}); write it again with `onebit bench --out`") from None
+
+
+def _compare(args) -> int:
+    a_path, b_path = args.compare
+    res = bench.compare(_read(a_path), _read(b_path), allow_mismatch=args.allow_mismatch, names=(a_path, b_path))
+    if args.json:
+        ui.print_json(res)
+        return 0
+    label = "" if res["comparable"] else " (NOT COMPARABLE)"
+    rows = [(row["metric"] + label, row["a"], row["b"], row["b_over_a"]) for row in res["rows"]]
+    print(ui.table(["metric", a_path, b_path, "B/A"], rows, digits=3))
+    if not res["comparable"]:
+        print("\nNOT COMPARABLE - different provenance: " + "; ".join(res["differences"]), file=sys.stdout)
+    return 0

@@ -1,0 +1,122 @@
+"""``onebit generate`` (plain decoding) and ``onebit loop`` (the speculative loop)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from . import models, ui
+
+
+class _Counted:
+    """A proxy that calls ``tick`` on every call of one method (progress without touching the loop)."""
+
+    def __init__(self, inner: Any, method: str, tick):
+        self._inner, self._method, self._tick = inner, method, tick
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != self._method:
+            return attr
+
+        def counted(*a, **kw):
+            out = attr(*a, **kw)
+            self._tick(1)
+            return out
+
+        return counted
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def cmd_generate(args) -> int:
+    from ..generate import generate
+
+    loaded = models.load(args, need_draft=False)
+    prompt = models.prompt(args, loaded)
+    with ui.Bar(args.max_new_tokens, "generate", ui.progress_enabled(args)) as bar:
+        target = _Counted(loaded.target, "forward", bar) if bar.enabled else loaded.target
+        res = generate(target, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    prov = dict(res.provenance, model_hash=loaded.model_hash, model_path=str(loaded.target_path))
+    if args.json:
+        ui.print_json({"command": "generate", "prompt": prompt, "tokens": res.tokens, "text": _text(res.tokens, loaded),
+                       "stop_reason": res.stop_reason, "tokens_per_s": res.tokens_per_s, "prefill_ms": 1e3 * res.prefill_s,
+                       "provenance": prov})
+        return 0
+    print(models.render(res.tokens, loaded))
+    print(f"\n{len(res.tokens)} tokens ({res.stop_reason}), {ui.fmt(res.tokens_per_s, 1)} tok/s decode, prefill "
+          f"{1e3 * res.prefill_s:.1f} ms  [{loaded.source}; {prov['backend']} ({prov['kernel_set']}), row set "
+          f"{prov['row_set']}, T={args.temperature}]")
+    return 0
+
+
+def _text(tokens, loaded) -> str | None:
+    return models.decode(loaded.tokenizer, tokens) if loaded.tokenizer is not None else None
+
+
+def cmd_loop(args) -> int:
+    from ..generate import generate
+    from ..speculative import speculative_generate
+
+    if args.check and args.temperature > 0:
+        raise ConfigError(f"--check needs --temperature 0 (got {args.temperature}): only greedy speculative decoding is "
+                          f"token-for-token plain decoding; sampled runs agree in distribution, not in tokens")
+    loaded = models.load(args, need_draft=True)
+    k = models.check_k(args.k, loaded.draft)
+    prompt = models.prompt(args, loaded)
+    with ui.Bar(args.max_new_tokens, "loop", ui.progress_enabled(args)) as bar:
+        draft = _Counted(loaded.draft, "propose", bar) if bar.enabled else loaded.draft
+        res = speculative_generate(
+            loaded.target, draft, prompt, max_new_tokens=args.max_new_tokens, k=k, temperature=args.temperature,
+            fallback=None if args.fallback == "none" else args.fallback, commit_path=args.commit_path,
+            replay_check=args.replay_check, seed=args.seed,
+        )
+    summary = res.summary()
+    check = None
+    if args.check:
+        plain = generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens)
+        at = _first_difference(res.tokens, plain.tokens)
+        check = {"identical": at is None, "first_difference": at, "tokens": len(res.tokens),
+                 "plain_tokens_per_s": plain.tokens_per_s,
+                 "speculative_token": res.tokens[at] if at is not None and at < len(res.tokens) else None,
+                 "plain_token": plain.tokens[at] if at is not None and at < len(plain.tokens) else None}
+    prov = loaded.provenance(**{k2: v for k2, v in res.provenance.items() if k2 not in ("backend", "kernel_set", "row_set")})
+    if args.json:
+        ui.print_json({"command": "loop", "prompt": prompt, "tokens": res.tokens, "text": _text(res.tokens, loaded),
+                       "summary": summary, "rounds": [vars(r) for r in res.rounds], "check": check, "provenance": prov})
+    else:
+        _print_loop(res, summary, check, prov, loaded, args)
+    return 1 if check is not None and not check["identical"] else 0
+
+
+def _print_loop(res, s, check, prov, loaded, args) -> None:
+    print(models.render(res.tokens, loaded))
+    print()
+    rows = [(i + 1, r.proposed, r.accepted, r.emitted, r.draft_ms, r.verify_ms, r.commit_ms) for i, r in enumerate(res.rounds)]
+    if rows:
+        print(ui.table(["round", "proposed", "accepted", "emitted", "draft ms", "verify ms", "commit ms"], rows))
+        print()
+    by_pos = "  ".join(f"{i + 1}:{a:.2f}" for i, a in enumerate(s["acceptance_by_position"])) or "-"
+    fb = "none" if res.fallback_at is None else f"at token {res.fallback_at} ({res.plain_steps} plain steps after it)"
+    if args.fallback == "none":
+        fb = "off"
+    print(f"totals: {s['tokens']} tokens in {s['rounds']} rounds, {ui.fmt(s['tokens_per_s'], 1)} tok/s, "
+          f"{s['tokens_per_round']:.2f} tokens/round, acceptance {s['acceptance_rate']:.2f} ({res.full_accepts} full accepts)")
+    print(f"acceptance by draft position: {by_pos}")
+    print(f"per round: draft {s['draft_ms_per_round']:.2f} ms, verify {s['verify_ms_per_round']:.2f} ms, "
+          f"commit {s['commit_ms_per_round']:.2f} ms")
+    print(f"fallback: {fb}")
+    print(f"[{loaded.source}; k={prov['k']}, commit path {prov['commit_path']}, target {prov['backend']} "
+          f"({prov['kernel_set']}), draft {prov.get('draft_backend')}, row set {prov['row_set']}, T={args.temperature}, "
+          f"git {prov['git_revision']}]")
+    if check is not None:
+        if check["identical"]:
+            print(f"check: identical to plain greedy decoding of the same build ({check['tokens']} of {check['tokens']} "
+                  f"tokens; plain {ui.fmt(check['plain_tokens_per_s'], 1)} tok/s)")
+        else:
+            print(f"check: DIFFERS from plain greedy decoding of the same build: first at token {check['first_difference']} "
+                  f"(speculative {check['speculative_token']} vs plain {check['plain_token']})")

@@ -1,0 +1,139 @@
+"""``onebit inspect PATH`` (what a checkpoint, quantized file or stage file holds) and ``onebit quantize``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError
+from . import models, ui
+
+_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def _tensors(files: list[Path]) -> list[dict[str, Any]]:
+    from ..safetensors_io import read_header
+
+    out = []
+    for f in files:
+        header, _, _ = read_header(f)
+        for name, ent in sorted(header.items()):
+            b, e = ent["data_offsets"]
+            out.append({"name": name, "shape": list(ent["shape"]), "dtype": ent["dtype"], "bytes": e - b, "file": f.name})
+    return out
+
+
+def describe(path: "str | Path") -> dict[str, Any]:
+    """A JSON-ready description: kind, config summary, quantization, tensors and totals."""
+    from ..safetensors_io import checkpoint_files, read_config, read_header
+
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"{str(p)!r} does not exist; give a checkpoint folder, a quantized .safetensors file or a stage file")
+    if p.is_dir():
+        raw = read_config(p)
+        tensors = _tensors(checkpoint_files(p))
+        archs = raw.get("architectures") or []
+        if "dflash_config" in raw or any("DFlash" in a for a in archs):
+            from ..draft import DraftConfig
+
+            c = DraftConfig.from_hf(raw)
+            kind, cfg = "draft", {k: getattr(c, k) for k in (
+                "version", "block_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "head_dim", "intermediate_size", "target_layer_ids", "mask_token_id", "vocab_size")}
+        else:
+            from ..config import TargetConfig
+
+            c = TargetConfig.from_hf(raw)
+            kind, cfg = "target", {k: getattr(c, k) for k in (
+                "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "layer_types",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                "tie_word_embeddings")}
+        dtypes = sorted({t["dtype"] for t in tensors})
+        quant = raw.get("quantization_config") or f"none (float checkpoint, dtypes {', '.join(dtypes)})"
+    else:
+        _, _, meta = read_header(p)
+        tensors = _tensors([p])
+        if "onebit.quant" in meta:
+            head = json.loads(meta["onebit.quant"])
+            kind, cfg = "quantized", {"format_version": head.get("version")}
+            sizes = {t["name"]: t["bytes"] for t in tensors}
+            weights = []
+            for name, e in sorted(head.get("weights", {}).items()):
+                n, k = e["shape"]
+                nbytes = sizes.get(f"{name}.qdata", 0) + sizes.get(f"{name}.scale", 0)
+                weights.append({"name": name, "format": e["format"], "shape": [n, k], "bytes": nbytes,
+                                "bits_per_weight": 8 * nbytes / (n * k) if n * k else 0.0})
+            quant = {"formats": sorted({w["format"] for w in weights}), "weights": weights}
+        elif "onebit.stage" in meta:
+            head = json.loads(meta["onebit.stage"])
+            kind, cfg = f"stage ({head.get('kind')})", {"version": head.get("version"), **head.get("payload", {})}
+            quant = None
+            cfg["provenance"] = head.get("provenance")
+        else:
+            kind, cfg, quant = "safetensors", {"metadata": meta}, None
+    total = sum(t["bytes"] for t in tensors)
+    params = sum(int(np.prod(t["shape"])) for t in tensors)
+    return {"path": str(p), "kind": kind, "config": cfg, "quantization": quant, "tensors": tensors,
+            "total_bytes": total, "total_elements": params}
+
+
+def cmd_inspect(args) -> int:
+    d = describe(args.path)
+    if args.json:
+        ui.print_json(d)
+        return 0
+    print(f"{d['path']}: {d['kind']}, {len(d['tensors'])} tensors, {d['total_elements']:,} elements, "
+          f"{d['total_bytes'] / 2**20:.2f} MiB")
+    for k, v in d["config"].items():
+        print(f"  {k}: {v}")
+    q = d["quantization"]
+    if isinstance(q, dict) and "weights" in q:
+        print(f"quantization: {', '.join(q['formats'])} (one float32 scale per output channel)")
+        print(ui.table(["weight", "format", "shape", "bytes", "bits/weight"],
+                       [(w["name"], w["format"], "x".join(map(str, w["shape"])), w["bytes"], w["bits_per_weight"]) for w in q["weights"]]))
+        return 0
+    if q is not None:
+        print(f"quantization: {q}")
+    print(ui.table(["tensor", "shape", "dtype", "bytes"],
+                   [(t["name"], "x".join(map(str, t["shape"])) or "scalar", t["dtype"], t["bytes"]) for t in d["tensors"]]))
+    return 0
+
+
+def is_projection(name: str, arr: np.ndarray) -> bool:
+    """2-D weights a GEMM multiplies (not the embedding table, the selector codebooks or norms)."""
+    return arr.ndim == 2 and name.endswith(".weight") and "embed_tokens" not in name and "codebook" not in name
+
+
+def cmd_quantize(args) -> int:
+    from ..atomic import atomic_write_with
+    from ..quant import quantize_weight, save_quantized
+    from ..safetensors_io import load_folder_tensors
+
+    folder = Path(args.model) if args.model else models.builtin_paths()[0]
+    tensors = load_folder_tensors(folder)
+    chosen = {n: a for n, a in sorted(tensors.items()) if is_projection(n, a)}
+    if not chosen:
+        raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize")
+    out, rows = {}, []
+    with ui.Bar(len(chosen), "quantize", ui.progress_enabled(args)) as bar:
+        for name, w in chosen.items():
+            w32 = np.asarray(w, np.float32)
+            qw = quantize_weight(w32, args.format)
+            err = float(np.linalg.norm(qw.dequantize() - w32) / max(np.linalg.norm(w32), 1e-30))
+            out[name] = qw
+            rows.append({"name": name, "shape": list(w.shape), "float_bytes": int(w32.nbytes), "bytes": qw.nbytes, "rel_error": err})
+            bar(1)
+    atomic_write_with(args.out, lambda tmp: save_quantized(tmp, out))
+    info = {"command": "quantize", "model": str(folder), "format": args.format, "out": str(args.out), "weights": rows,
+            "float_bytes": sum(r["float_bytes"] for r in rows), "bytes": sum(r["bytes"] for r in rows)}
+    if args.json:
+        ui.print_json(info)
+        return 0
+    print(ui.table(["weight", "shape", "float32 bytes", f"{args.format} bytes", "rel. error"],
+                   [(r["name"], "x".join(map(str, r["shape"])), r["float_bytes"], r["bytes"], r["rel_error"]) for r in rows], digits=4))
+    print(f"\n{len(rows)} projections, {info['float_bytes'] / 2**20:.2f} MiB float32 -> {info['bytes'] / 2**20:.2f} MiB {args.format} "
+          f"-> {args.out} (read it back with `onebit inspect {args.out}`)")
+    return 0

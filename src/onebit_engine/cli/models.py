@@ -1,0 +1,250 @@
+"""Which model, draft, tokenizer and prompts a command runs on. The CLI's one environment read lives
+here: ``ONEBIT_CACHE_DIR`` (else ``$XDG_CACHE_HOME/onebit``, else ``~/.cache/onebit``), where the
+built-in random pair is written on first use when no trained pair ships with the package.
+
+Models are named by path (``--model`` / ``--draft``); with neither, the built-in pair is used. A model
+given without a draft is refused for the speculative commands: the built-in draft belongs to the
+built-in model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+BUILTIN_KEY = "builtin-random-v1"
+DEFAULT_IDS = [1, 2, 3, 4]
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("ONEBIT_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "onebit"
+
+
+def _pretrained():
+    try:
+        from .. import pretrained  # the trained built-in pair, when it ships
+    except ImportError:
+        return None
+    return pretrained if hasattr(pretrained, "builtin_paths") else None
+
+
+def builtin_paths() -> tuple[Path, Path, str, Path | None]:
+    """(target folder, draft folder, description, tokenizer file or None) of the built-in pair."""
+    pre = _pretrained()
+    missing = ""
+    if pre is not None:
+        try:
+            paths = pre.builtin_paths()
+        except FileNotFoundError as e:  # the trained pair is not (yet) in this install
+            missing = f"; trained pair unavailable: {str(e).split(';')[0]}"
+        else:
+            tok = Path(paths[2]) if len(paths) > 2 else None
+            return Path(paths[0]), Path(paths[1]), "built-in trained pair", tok
+    folder = cache_dir() / BUILTIN_KEY
+    if not (folder / "target" / "config.json").exists() or not (folder / "draft" / "config.json").exists():
+        _write_builtin(folder)
+    return folder / "target", folder / "draft", f"built-in random pair ({folder}{missing})", None
+
+
+def _write_builtin(folder: Path) -> None:
+    """Seeded random target + DFlash 2 draft, written to a temporary folder then renamed into place
+    (two processes racing keep one complete copy)."""
+    from ..builtin import BUILTIN_SEED, default_target
+    from ..draft import write_synthetic_draft
+    from ..synthetic import random_weights, write_checkpoint
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        cfg = default_target().config
+        write_checkpoint(tmp / "target", cfg, random_weights(cfg, BUILTIN_SEED))
+        write_synthetic_draft(tmp / "draft", cfg, version=2, block_size=8, seed=BUILTIN_SEED + 1)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if (folder / "target" / "config.json").exists() and (folder / "draft" / "config.json").exists():
+                return  # another process finished first; its copy is the same seeded pair
+            shutil.rmtree(folder)  # an incomplete copy left by an interrupted run
+            os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_backend(name: str, threads: int):
+    from ..gemm import get_backend
+
+    return get_backend(name, threads=threads) if name == "host-int" else get_backend(name)
+
+
+@dataclass
+class Loaded:
+    target: Any
+    draft: Any
+    target_path: Path
+    draft_path: Path | None
+    model_hash: str
+    draft_hash: str | None
+    tokenizer: Any
+    source: str
+
+    def provenance(self, **extra: Any) -> dict[str, Any]:
+        from ..provenance import pair_provenance
+
+        return pair_provenance(self.target, model_hash=self.model_hash, draft=self.draft, draft_hash=self.draft_hash,
+                               model_path=str(self.target_path), draft_path=str(self.draft_path) if self.draft_path else None,
+                               **extra)
+
+
+def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | None = None) -> Loaded:
+    """Load the target (and the draft) the flags name, on the flags' backends and row set."""
+    from ..draft import load_draft
+    from ..provenance import checkpoint_hash
+    from ..target import load_target
+
+    model, draft = getattr(args, "model", None), getattr(args, "draft", None)
+    tok_path = None
+    if model:
+        tpath, dpath, source = Path(model), Path(draft) if draft else None, f"model {model}"
+        if need_draft and dpath is None:
+            raise ConfigError(f"--model {model} was given without --draft; the built-in draft belongs to the built-in "
+                              f"model - give the draft trained for this model with --draft PATH")
+    else:
+        if draft:
+            raise ConfigError(f"--draft {draft} was given without --model; a draft only fits the target it was "
+                              f"trained for - give that target with --model PATH")
+        tpath, dpath, source, tok_path = builtin_paths()
+    rs = args.row_set if row_set is None else row_set
+    tb = make_backend(backend or args.target_backend or args.backend, args.threads)
+    target = load_target(tpath, backend=tb, row_set=rs)
+    dr, dhash = None, None
+    if need_draft:
+        db = make_backend(args.draft_backend or args.backend, args.threads)
+        dr = load_draft(dpath, target, backend=db, row_set=rs)
+        dhash = checkpoint_hash(dpath)
+    return Loaded(target, dr, tpath, dpath if need_draft else None, checkpoint_hash(tpath), dhash,
+                  load_tokenizer(tok_path or tpath / "tokenizer.json"), source)
+
+
+def check_k(k: int | None, draft) -> int:
+    """k defaults to block - 1; anything outside 1..block-1 is refused with the range."""
+    top = draft.config.block_size - 1
+    if k is None:
+        return top
+    if not 1 <= k <= top:
+        raise ConfigError(f"k={k} is out of range: this draft proposes 1..{top} tokens a round (block size "
+                          f"{draft.config.block_size} minus the anchor); give --k between 1 and {top}")
+    return k
+
+
+# -- tokenizer and prompts ------------------------------------------------------------------------------
+def load_tokenizer(path: Path):
+    """The tokenizer at ``path`` (a ``tokenizer.json``), or None when there is none."""
+    if not path.is_file():
+        return None
+    pre = _pretrained()
+    if pre is not None and hasattr(pre, "load_tokenizer"):
+        return pre.load_tokenizer(path)
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    return Tokenizer.from_file(str(path))
+
+
+def encode(tok, text: str) -> list[int]:
+    r = tok.encode(text)
+    return list(r.ids) if hasattr(r, "ids") else [int(t) for t in r]
+
+
+def decode(tok, ids: list[int]) -> str:
+    return tok.decode(list(ids))
+
+
+def parse_ids(text: str, what: str = "--prompt-ids") -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise ConfigError(f"{what} must be integers separated by spaces or commas, got {text!r}") from None
+    if not ids:
+        raise ConfigError(f"{what} is empty; give at least one token id")
+    return ids
+
+
+def prompt(args, loaded: Loaded) -> list[int]:
+    """The one prompt of generate / loop: --prompt TEXT (needs a tokenizer), --prompt-ids, or the default."""
+    if args.prompt is not None:
+        return _text(args.prompt, loaded)
+    if args.prompt_ids is not None:
+        return parse_ids(args.prompt_ids)
+    return default_prompts(loaded)[0]
+
+
+def _text(text: str, loaded: Loaded) -> list[int]:
+    if loaded.tokenizer is None:
+        raise ConfigError(f"--prompt needs a tokenizer and {loaded.source} has none (no tokenizer.json); "
+                          f"give token ids with --prompt-ids instead")
+    ids = encode(loaded.tokenizer, text)
+    if not ids:
+        raise ConfigError(f"--prompt {text!r} encodes to no tokens; give a longer prompt")
+    return ids
+
+
+def prompt_set(args, loaded: Loaded) -> list[list[int]]:
+    """The prompts of probe capture / bench: --prompts FILE, a single prompt flag, or the built-in set."""
+    if getattr(args, "prompts", None):
+        path = Path(args.prompts)
+        if not path.is_file():
+            raise ConfigError(f"prompt file {str(path)!r} does not exist; give a JSON list of strings or of token-id lists")
+        try:
+            items = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"prompt file {str(path)!r} is not valid JSON ({e}); give a JSON list") from None
+        out = [_item(x, loaded, str(path)) for x in (items.get("prompts", []) if isinstance(items, dict) else items)]
+        if not out:
+            raise ConfigError(f"prompt file {str(path)!r} holds no prompts")
+        return out
+    if args.prompt is not None or args.prompt_ids is not None:
+        return [prompt(args, loaded)]
+    return default_prompts(loaded)
+
+
+def _item(x, loaded: Loaded, where: str) -> list[int]:
+    if isinstance(x, dict):
+        x = x.get("ids", x.get("text", x.get("prompt")))
+    if isinstance(x, str):
+        return _text(x, loaded)
+    if isinstance(x, list) and x and all(isinstance(t, int) for t in x):
+        return x
+    raise ConfigError(f"{where}: prompt {x!r} is neither a string nor a list of token ids")
+
+
+def default_prompts(loaded: Loaded) -> list[list[int]]:
+    """Text prompts shipped with the trained pair; else four seeded token-id prompts."""
+    pre = _pretrained()
+    if loaded.source.startswith("built-in trained") and loaded.tokenizer is not None and hasattr(pre, "default_prompts"):
+        texts = pre.default_prompts()
+        got = [encode(loaded.tokenizer, t if isinstance(t, str) else t.get("text", "")) for t in texts]
+        got = [g for g in got if g]
+        if got:
+            return got[:4]
+    vocab = loaded.target.config.vocab_size
+    rng = np.random.default_rng(7)
+    return [DEFAULT_IDS] + [rng.integers(0, vocab, size=8).tolist() for _ in range(3)]
+
+
+def render(tokens: list[int], loaded: Loaded) -> str:
+    if loaded.tokenizer is not None:
+        return decode(loaded.tokenizer, tokens)
+    return " ".join(map(str, tokens))

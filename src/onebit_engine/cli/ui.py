@@ -1,0 +1,102 @@
+"""Output for people and machines: plain tables, one-line JSON, progress bars on stderr.
+
+Progress bars are drawn with rich (or tqdm) on stderr, and only when stderr is a terminal and the
+output is not ``--json``: a pipe or a test never sees one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, Sequence
+
+
+class Bar:
+    """``with Bar(total, "capture", enabled) as bar: bar(1)``; a no-op when disabled."""
+
+    def __init__(self, total: int, description: str, enabled: bool):
+        self.total, self.description, self.enabled = total, description, enabled
+        self._impl = None
+
+    def __enter__(self) -> "Bar":
+        if not self.enabled:
+            return self
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._rich = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                  console=Console(stderr=True), transient=True)
+            self._rich.start()
+            task = self._rich.add_task(self.description, total=self.total)
+            self._impl = lambda n: self._rich.advance(task, n)
+        except ImportError:
+            try:
+                from tqdm import tqdm
+
+                self._tqdm = tqdm(total=self.total, desc=self.description, file=sys.stderr, leave=False)
+                self._impl = self._tqdm.update
+            except ImportError:
+                self.enabled = False
+        return self
+
+    def __call__(self, n: int = 1) -> None:
+        if self._impl is not None:
+            self._impl(n)
+
+    def __exit__(self, *exc) -> None:
+        if hasattr(self, "_rich"):
+            self._rich.stop()
+        if hasattr(self, "_tqdm"):
+            self._tqdm.close()
+
+
+def progress_enabled(args) -> bool:
+    return not getattr(args, "json", False) and sys.stderr.isatty()
+
+
+def fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 2) -> str:
+    """A plain aligned text table (numbers right-aligned)."""
+    cells = [[fmt(c, digits) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) for i in range(len(headers))]
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, default=_jsonable, sort_keys=False))
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, default=_jsonable, indent=2) + "\n"
+
+
+def _jsonable(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:
+        pass
+    if hasattr(o, "__dict__"):
+        return vars(o)
+    return str(o)

@@ -1,0 +1,67 @@
+"""Fixtures for the CLI tests: a shared cache for the built-in pair, and small pairs written by path."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onebit_engine.cli import main
+from onebit_engine.draft import write_synthetic_draft
+from onebit_engine.synthetic import random_weights, tiny_config, write_checkpoint
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("onebit-cache")
+
+
+@pytest.fixture(autouse=True)
+def _cache_env(cache_dir, monkeypatch):
+    monkeypatch.setenv("ONEBIT_CACHE_DIR", str(cache_dir))
+
+
+def _pair(root, seed, *, hidden=32):
+    cfg = tiny_config(hidden_size=hidden)
+    target = write_checkpoint(root / "target", cfg, random_weights(cfg, seed))
+    draft = write_synthetic_draft(root / "draft", cfg, version=2, block_size=4, seed=seed + 1)
+    return target, draft
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory):
+    """(target folder, draft folder): a tiny hybrid target and a DFlash 2 draft with block size 4."""
+    return _pair(tmp_path_factory.mktemp("pair"), 11)
+
+
+@pytest.fixture(scope="session")
+def other_pair(tmp_path_factory):
+    """Same shapes as ``pair``, other weights: stage files from it must be refused."""
+    return _pair(tmp_path_factory.mktemp("other"), 23)
+
+
+@pytest.fixture(scope="session")
+def wide_pair(tmp_path_factory):
+    """A pair with another hidden size: its draft does not fit ``pair``'s target."""
+    return _pair(tmp_path_factory.mktemp("wide"), 5, hidden=48)
+
+
+@pytest.fixture
+def run(capsys):
+    """run(*argv) -> (exit code, stdout, stderr), in process."""
+
+    def _run(*argv):
+        code = main([str(a) for a in argv])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return _run
+
+
+@pytest.fixture
+def run_json(run):
+    def _run(*argv):
+        code, out, err = run(*argv, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    return _run

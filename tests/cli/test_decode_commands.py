@@ -1,0 +1,85 @@
+"""onebit generate / loop on the built-in pair and on checkpoints given by path."""
+import importlib
+import re
+
+import pytest
+
+gen_module = importlib.import_module("onebit_engine.generate")  # the package re-exports the function under that name
+
+
+def test_generate_builtin_prints_tokens_and_rate(run):
+    code, out, err = run("generate", "--max-new-tokens", 5)
+    assert code == 0, err
+    assert re.search(r"\n[1-5] tokens \((max_new_tokens|stop_token)\), [0-9.]+ tok/s decode", out)
+    assert "built-in" in out
+
+
+def test_generate_by_path_json_is_reproducible_when_sampled(run_json, pair):
+    args = ("generate", "--model", pair[0], "--prompt-ids", "3 4 5", "--max-new-tokens", 6, "--temperature", 0.8, "--seed", 3)
+    a, b = run_json(*args), run_json(*args)
+    assert a["tokens"] == b["tokens"] and len(a["tokens"]) == 6
+    assert a["provenance"]["model_hash"] and a["provenance"]["row_set"] == 8
+
+
+def test_loop_check_states_identity_builtin(run):
+    code, out, err = run("loop", "--check", "--max-new-tokens", 12)
+    assert code == 0, err
+    assert re.search(r"check: identical to plain greedy decoding of the same build \((\d+) of \1 tokens", out)
+    for part in ("totals:", "tok/s", "tokens/round", "acceptance by draft position", "per round: draft", "fallback:", "round  proposed"):
+        assert part in out
+
+
+def test_loop_by_path_all_switches_json(run_json, pair):
+    d = run_json("loop", "--model", pair[0], "--draft", pair[1], "--backend", "host-int", "--k", 2, "--commit-path",
+                 "checkpoint", "--replay-check", "--fallback", "break-even", "--row-set", 4, "--check", "--max-new-tokens", 10)
+    assert d["check"]["identical"] is True
+    assert d["provenance"]["backend"] == "host-int" and d["provenance"]["k"] == 2
+    assert d["provenance"]["commit_path"] == "checkpoint" and d["provenance"]["row_set"] == 4
+    assert len(d["tokens"]) == 10 and all(r["proposed"] <= 2 for r in d["rounds"])
+    assert set(d["summary"]) >= {"tokens_per_s", "tokens_per_round", "acceptance_by_position", "fallback_at"}
+
+
+def test_loop_mixed_backends(run_json, pair):
+    d = run_json("loop", "--model", pair[0], "--draft", pair[1], "--target-backend", "reference", "--draft-backend",
+                 "host-int", "--max-new-tokens", 6, "--temperature", 0.7, "--seed", 1)
+    assert d["provenance"]["backend"] == "reference" and d["provenance"]["draft_backend"] == "host-int"
+
+
+def test_loop_check_names_where_outputs_part(run, pair, monkeypatch):
+    real = gen_module.generate
+
+    def drifted(*a, **kw):  # a plain reference from "another build": token 3 differs
+        res = real(*a, **kw)
+        res.tokens[3] = (res.tokens[3] + 1) % 96
+        return res
+
+    monkeypatch.setattr(gen_module, "generate", drifted)
+    code, out, _ = run("loop", "--model", pair[0], "--draft", pair[1], "--check", "--max-new-tokens", 8)
+    assert code == 1
+    assert "check: DIFFERS from plain greedy decoding of the same build: first at token 3" in out
+
+
+@pytest.mark.parametrize("fmt", ["int8", "ternary"])
+def test_quantize_then_inspect(run, run_json, pair, tmp_path, fmt):
+    out = tmp_path / f"q-{fmt}.safetensors"
+    q = run_json("quantize", "--model", pair[0], "--format", fmt, "--out", out)
+    assert q["weights"] and all(w["rel_error"] < 1.0 for w in q["weights"])
+    d = run_json("inspect", out)
+    assert d["kind"] == "quantized" and d["quantization"]["formats"] == [fmt]
+    code, text, _ = run("inspect", out)
+    assert code == 0 and "bits/weight" in text
+
+
+def test_quantize_builtin_default(run, tmp_path):
+    code, out, err = run("quantize", "--out", tmp_path / "b.safetensors")
+    assert code == 0, err and "projections" in out
+
+
+def test_inspect_target_and_draft(run, run_json, pair):
+    t = run_json("inspect", pair[0])
+    assert t["kind"] == "target" and t["config"]["num_hidden_layers"] == 4
+    assert any(x["name"] == "lm_head.weight" for x in t["tensors"]) and t["total_bytes"] > 0
+    d = run_json("inspect", pair[1])
+    assert d["kind"] == "draft" and d["config"]["version"] == 2 and d["config"]["block_size"] == 4
+    code, out, _ = run("inspect", pair[0])
+    assert code == 0 and "quantization: none" in out and "dtype" in out

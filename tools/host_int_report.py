@@ -1,0 +1,167 @@
+"""Figures for docs/host-int.md: kernel timings, model quality per weight format, decode speed vs HF,
+and a cProfile of the engine's decode step.
+
+    python tools/host_int_report.py kernel  [--threads 1,2] [--reps 60]
+    python tools/host_int_report.py quality [--tokens 300] [--scale 1.0]
+    python tools/host_int_report.py decode  [--tokens 64] [--threads 1]
+    python tools/host_int_report.py profile [--tokens 32] [--format int8]
+
+Thread counts are arguments (this script is an edge; the library reads no environment). Timings are
+minimums over repeats because the machine is shared.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import numpy as np
+
+from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.generate import generate
+from onebit_engine.quant import FORMATS, quantize_weight
+from onebit_engine.synthetic import hf_config_dict, random_weights, tiny_config
+from onebit_engine.target import Target
+
+
+def medium_config():
+    """hidden 768, 12 layers (3 delta-net : 1 attention), vocab 32000, intermediate 2048."""
+    return tiny_config(
+        vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12, full_attention_interval=4,
+        num_attention_heads=12, num_key_value_heads=4, head_dim=64, linear_num_key_heads=6,
+        linear_num_value_heads=12, linear_key_head_dim=64, linear_value_head_dim=64,
+    )
+
+
+def _tmin(f, reps):
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def kernel(args):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4096, 4096)).astype(np.float32)
+    src = np.ones(256 * 2**20, np.uint8)
+    dst = np.empty_like(src)
+    bw = 2 * src.nbytes / _tmin(lambda: np.copyto(dst, src), 10)
+    print(f"numpy copy bandwidth (read + write bytes): {bw / 1e9:.1f} GB/s")
+    print("| format | threads | 1 row ms | 8 rows ms | 16 rows ms | 8-row / 1-row | 1-row GB/s | % of copy bw |")
+    for fmt in FORMATS:
+        for th in [int(t) for t in args.threads.split(",")]:
+            b = HostIntBackend(weight_format=fmt, threads=th)
+            p = b.pack(w)
+            xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8, 16)}
+            best = {m: float("inf") for m in xs}
+            for _ in range(args.reps):  # interleaved, so a busy spell hits every row count alike
+                for m, x in xs.items():
+                    best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
+            gbs = p.data.nbytes / best[1] / 1e9
+            print(f"| {fmt} | {th} | {best[1]*1e3:.2f} | {best[8]*1e3:.2f} | {best[16]*1e3:.2f} | "
+                  f"{best[8]/best[1]:.2f} | {gbs:.1f} | {gbs * 1e9 / bw:.0%} |", flush=True)
+
+
+def _target(cfg, backend, scale, seed=0):
+    return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=1)
+
+
+def quality(args):
+    configs = {"tiny": tiny_config(), "medium": medium_config()}
+    print(f"| config | format | rel. RMS logit error | max abs logit error | top-1 agreement (teacher-forced) | "
+          f"greedy tokens identical before first divergence (of {args.tokens}) | greedy agreement |")
+    for cname, cfg in configs.items():
+        ref = _target(cfg, "reference", args.scale)
+        prompt = list(np.random.default_rng(1).integers(0, cfg.vocab_size, 8))
+        gref = generate(ref, prompt, max_new_tokens=args.tokens).tokens
+        seq = prompt + gref
+        lref = ref.forward(seq, ref.new_state()).logits[len(prompt) - 1:]
+        for fmt in FORMATS:
+            t = _target(cfg, HostIntBackend(weight_format=fmt), args.scale)
+            lq = t.forward(seq, t.new_state()).logits[len(prompt) - 1:]
+            err = lq - lref
+            rel = float(np.sqrt(np.mean(err**2) / np.mean(lref**2)))
+            top1 = float(np.mean(lq.argmax(1) == lref.argmax(1)))
+            g = generate(t, prompt, max_new_tokens=args.tokens).tokens
+            same = np.asarray(g) == np.asarray(gref)
+            first = int(np.argmin(same)) if not same.all() else len(g)
+            print(f"| {cname} | {fmt} | {rel:.4f} | {np.abs(err).max():.3f} | {top1:.3f} | {first} | {same.mean():.3f} |",
+                  flush=True)
+
+
+def _hf_model(cfg, threads):
+    import torch
+    from transformers import AutoConfig, Qwen3_5ForCausalLM
+
+    torch.set_num_threads(threads)
+    d = hf_config_dict(cfg)
+    hcfg = AutoConfig.for_model(d.pop("model_type"), **{k: v for k, v in d.items() if k != "architectures"})
+    torch.manual_seed(0)
+    return Qwen3_5ForCausalLM(hcfg).eval()
+
+
+def hf_decode_tps(cfg, tokens, threads, prompt_len=8):
+    import torch
+
+    model = _hf_model(cfg, threads)
+    ids = torch.tensor([list(range(1, prompt_len + 1))])
+    with torch.inference_mode():
+        model.generate(ids, max_new_tokens=4, do_sample=False, use_cache=True)  # warm-up
+        t0 = time.perf_counter()
+        model.generate(ids, max_new_tokens=1, min_new_tokens=1, do_sample=False, use_cache=True)
+        t_prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, use_cache=True)
+        total = time.perf_counter() - t0
+    n = out.shape[1] - prompt_len
+    return (n - 1) / (total - t_prefill)
+
+
+def engine_decode_tps(cfg, fmt, tokens, threads, prompt_len=8):
+    t = _target(cfg, HostIntBackend(weight_format=fmt, threads=threads), 1.0)
+    generate(t, list(range(1, prompt_len + 1)), max_new_tokens=4)  # warm-up
+    r = generate(t, list(range(1, prompt_len + 1)), max_new_tokens=tokens, stop_tokens=[])
+    return r.tokens_per_s
+
+
+def decode(args):
+    cfg = medium_config()
+    hf = hf_decode_tps(cfg, args.tokens, args.threads)
+    print(f"HF transformers fp32 (torch threads={args.threads}): {hf:.1f} tokens/s")
+    for fmt in FORMATS:
+        e = engine_decode_tps(cfg, fmt, args.tokens, args.threads)
+        print(f"host-int {fmt} (row_set=1, threads={args.threads}): {e:.1f} tokens/s = {e / hf:.2f}x HF", flush=True)
+
+
+def profile(args):
+    cfg = medium_config()
+    t = _target(cfg, HostIntBackend(weight_format=args.format, threads=1), 1.0)
+    generate(t, [1, 2, 3], max_new_tokens=2)
+    pr = cProfile.Profile()
+    pr.enable()
+    r = generate(t, [1, 2, 3], max_new_tokens=args.tokens, stop_tokens=[])
+    pr.disable()
+    print(f"{r.tokens_per_s:.1f} tokens/s under the profiler")
+    pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["kernel", "quality", "decode", "profile"])
+    ap.add_argument("--threads", default="1")
+    ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--tokens", type=int, default=None)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--format", default="int8", choices=FORMATS)
+    args = ap.parse_args()
+    if args.what in ("decode", "profile"):
+        args.threads = int(args.threads)
+    args.tokens = args.tokens or {"quality": 300, "decode": 64, "profile": 32}.get(args.what, 0)
+    {"kernel": kernel, "quality": quality, "decode": decode, "profile": profile}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()
