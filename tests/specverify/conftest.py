@@ -7,11 +7,17 @@ import pytest
 from pytest_specverify.protocol import PortOptions
 
 
-@pytest.fixture(scope="session", params=["onebit", "qwen3-numpy"])
+@pytest.fixture(
+    scope="session",
+    params=["onebit", pytest.param("onebit-host-int", marks=pytest.mark.host_gemm),
+            pytest.param("onebit-xrt", marks=pytest.mark.device), "qwen3-numpy"],
+)
 def specverify_port(request, specverify_settings):
     s = specverify_settings
-    opts = PortOptions(backend=s.backend, row_set=s.row_set, seed=s.seed)
-    if request.param == "onebit":
+    # host_gemm: the engine with the device numerics (int8 x int8 -> int32) on the host emulation
+    backend = {"onebit-host-int": "host-int", "onebit-xrt": "xrt"}.get(request.param, s.backend)
+    opts = PortOptions(backend=backend, row_set=s.row_set, seed=s.seed)
+    if request.param.startswith("onebit"):
         from pytest_specverify.adapters.onebit import make_port
     else:
         from tests.ports.qwen3_numpy import make_port
