@@ -63,12 +63,12 @@ class _Recorder:
 class GatedDeltaNet:
     """Linear-attention mixer. Shapes: h [R, D] -> [R, D] (R = row set, first n rows real)."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin):
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused):
         self.cfg = cfg
-        self.in_proj_qkv = lin(p + "in_proj_qkv.weight")
-        self.in_proj_z = lin(p + "in_proj_z.weight")
-        self.in_proj_b = lin(p + "in_proj_b.weight")
-        self.in_proj_a = lin(p + "in_proj_a.weight")
+        # qkv, z, b, a read the same input: one call, split at these column offsets
+        self.in_proj = fused([p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight", p + "in_proj_a.weight"])
+        hv = cfg.linear_num_value_heads
+        self.splits = np.cumsum([cfg.conv_dim, cfg.value_dim, hv])
         self.out_proj = lin(p + "out_proj.weight")
         self.conv_weight = np.ascontiguousarray(w[p + "conv1d.weight"][:, 0, :])  # [C, K]
         self.neg_A = -np.exp(w[p + "A_log"].astype(F32))  # [HV]
@@ -85,10 +85,10 @@ class GatedDeltaNet:
     def __call__(self, h, n, st: GDNLayerState, pos: int, layer: int, rec: _Recorder | None):
         c = self.cfg
         R = h.shape[0]
-        mixed = self.in_proj_qkv(h)  # [R, C]
-        z = self.in_proj_z(h).reshape(R, c.linear_num_value_heads, c.linear_value_head_dim)
-        beta = sigmoid(self.in_proj_b(h))  # [R, HV]
-        alpha = np.exp(self.neg_A * softplus(self.in_proj_a(h) + self.dt_bias))  # [R, HV], in (0, 1]
+        mixed, z, b, a = np.split(self.in_proj(h), self.splits, axis=1)  # [R, C], [R, HV*dv], [R, HV] x 2
+        z = z.reshape(R, c.linear_num_value_heads, c.linear_value_head_dim)
+        beta = sigmoid(b)  # [R, HV]
+        alpha = np.exp(self.neg_A * softplus(a + self.dt_bias))  # [R, HV], in (0, 1]
         o = np.zeros((R, c.linear_num_value_heads, c.linear_value_head_dim), F32)
         for t in range(n):
             o[t], st.conv, st.rec = gdn_token(
@@ -105,10 +105,12 @@ class GatedDeltaNet:
 class GatedAttention:
     """Full attention with q/k norms, partial RoPE and a sigmoid output gate. h [R, D] -> [R, D]."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin):
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused):
         self.cfg = cfg
-        self.q_proj, self.k_proj = lin(p + "q_proj.weight"), lin(p + "k_proj.weight")
-        self.v_proj, self.o_proj = lin(p + "v_proj.weight"), lin(p + "o_proj.weight")
+        self.qkv_proj = fused([p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
+        kv = cfg.num_key_value_heads * cfg.head_dim
+        self.splits = np.cumsum([2 * cfg.num_attention_heads * cfg.head_dim, kv])
+        self.o_proj = lin(p + "o_proj.weight")
         self.q_norm, self.k_norm = w[p + "q_norm.weight"], w[p + "k_norm.weight"]
         self.freqs = inv_freq(cfg.rot_dim, cfg.rope_theta)
         self.scale = float(cfg.head_dim) ** -0.5
@@ -119,11 +121,12 @@ class GatedAttention:
     def __call__(self, h, n, st: KVLayerState, pos: int, layer: int, rec):
         c = self.cfg
         R, H, HKV, hd = h.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        qg = self.q_proj(h).reshape(R, H, 2 * hd)  # per head [query | gate]
+        qg, k, v = np.split(self.qkv_proj(h), self.splits, axis=1)
+        qg = qg.reshape(R, H, 2 * hd)  # per head [query | gate]
         q, gate = qg[..., :hd], qg[..., hd:].reshape(R, H * hd)
         q = rms_norm_zc(q, self.q_norm, c.rms_norm_eps)
-        k = rms_norm_zc(self.k_proj(h).reshape(R, HKV, hd), self.k_norm, c.rms_norm_eps)
-        v = self.v_proj(h).reshape(R, HKV, hd)
+        k = rms_norm_zc(k.reshape(R, HKV, hd), self.k_norm, c.rms_norm_eps)
+        v = v.reshape(R, HKV, hd)
         out = np.zeros((R, H, hd), F32)
         for t in range(n):
             cos, sin = cos_sin(pos + t, self.freqs)
@@ -136,23 +139,25 @@ class GatedAttention:
 
 
 class DenseMLP:
-    def __init__(self, p: str, lin):
-        self.gate, self.up, self.down = lin(p + "gate_proj.weight"), lin(p + "up_proj.weight"), lin(p + "down_proj.weight")
+    def __init__(self, p: str, lin, fused):
+        self.gate_up = fused([p + "gate_proj.weight", p + "up_proj.weight"])
+        self.down = lin(p + "down_proj.weight")
 
     def __call__(self, h):
-        return self.down(silu(self.gate(h)) * self.up(h))
+        gate, up = np.split(self.gate_up(h), 2, axis=1)
+        return self.down(silu(gate) * up)
 
 
 class DecoderLayer:
     """Pre-norm block with two residuals: x + mixer(norm(x)), then + mlp(norm(.))."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin):
+    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused):
         p = f"model.layers.{i}."
         self.kind = cfg.layer_types[i]
         mixer = GatedDeltaNet if self.kind == "linear_attention" else GatedAttention
         sub = "linear_attn." if self.kind == "linear_attention" else "self_attn."
-        self.mixer = mixer(cfg, w, p + sub, lin)
-        self.mlp = DenseMLP(p + "mlp.", lin)
+        self.mixer = mixer(cfg, w, p + sub, lin, fused)
+        self.mlp = DenseMLP(p + "mlp.", lin, fused)
         self.in_norm, self.post_norm = w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"]
         self.eps = cfg.rms_norm_eps
 
@@ -170,11 +175,12 @@ class Target:
         self.config, self.row_set = config, row_set
         self.backend = get_backend(backend)
         lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
+        fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731
         self.embed_tokens = np.ascontiguousarray(weights["model.embed_tokens.weight"], dtype=F32)  # [V, D]
         self.norm_weight = weights["model.norm.weight"]
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
         self.lm_head = Linear.from_weight(weights[head], self.backend, row_set, "lm_head.weight")
-        self.layers = [DecoderLayer(config, weights, i, lin) for i in range(config.num_hidden_layers)]
+        self.layers = [DecoderLayer(config, weights, i, lin, fused) for i in range(config.num_hidden_layers)]
 
     def final_norm(self, x: np.ndarray) -> np.ndarray:
         return rms_norm_zc(x, self.norm_weight, self.config.rms_norm_eps)
