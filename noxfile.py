@@ -53,8 +53,10 @@ def device(session: nox.Session) -> None:
     # pyxrt ships with XRT, not PyPI: the venv sees the system's site-packages and XRT's python dir.
     xrt = os.environ.get("XILINX_XRT", "/opt/xilinx/xrt")
     env = {"PYTHONPATH": os.path.join(xrt, "python"), **ONE_THREAD}
+    # Fail fast, before the heavy install, when there is no NPU (the check needs only the light deps).
+    session.install("numpy", "safetensors")
+    session.run("python", "tools/device_check.py", env={**env, "PYTHONPATH": os.pathsep.join(["src", env["PYTHONPATH"]])})
     _install(session, "test,oracle,fast,cli,bench")
-    session.run("python", "tools/device_check.py", env=env)
     session.run("pytest", "-p", "no:cacheprovider", "-m", "device or replay_check", "--specverify-require-device",
                 "--benchmark-enable", *session.posargs, env=env)
 
