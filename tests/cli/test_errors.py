@@ -16,7 +16,7 @@ def _one_line(code, out, err):
     ["generate", "--prompt-ids", "1 two 3"],
     ["generate", "--prompt-ids", "1 99999"],
     ["loop", "--k", "0"],
-    ["loop", "--k", "8"],
+    ["loop", "--k", "99"],
     ["loop", "--check", "--temperature", "0.5"],
     ["loop", "--draft", "/some/draft"],
     ["bench", "--prompts", "/no/such/prompts.json"],

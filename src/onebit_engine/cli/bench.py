@@ -16,7 +16,7 @@ def cmd_bench(args) -> int:
         return _compare(args)
     loaded = models.load(args, need_draft=True)
     one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
-    k = models.check_k(args.k, loaded.draft)
+    k = models.check_k(args.k, loaded.draft, loaded.default_k)
     prompts = models.prompt_set(args, loaded)
     prov = loaded.provenance(mode="bench")
     prov["plain_1row_row_set"] = one_row.row_set

@@ -62,11 +62,13 @@ def cmd_loop(args) -> int:
     from ..generate import generate
     from ..speculative import speculative_generate
 
+    if args.check is None:  # default: check (and show the speedup) whenever identity is the claim
+        args.check = args.temperature == 0
     if args.check and args.temperature > 0:
         raise ConfigError(f"--check needs --temperature 0 (got {args.temperature}): only greedy speculative decoding is "
                           f"token-for-token plain decoding; sampled runs agree in distribution, not in tokens")
     loaded = models.load(args, need_draft=True)
-    k = models.check_k(args.k, loaded.draft)
+    k = models.check_k(args.k, loaded.draft, loaded.default_k)
     prompt = models.prompt(args, loaded)
     with ui.Bar(args.max_new_tokens, "loop", ui.progress_enabled(args)) as bar:
         draft = _Counted(loaded.draft, "propose", bar) if bar.enabled else loaded.draft
@@ -115,8 +117,10 @@ def _print_loop(res, s, check, prov, loaded, args) -> None:
           f"git {prov['git_revision']}]")
     if check is not None:
         if check["identical"]:
+            ratio = s["tokens_per_s"] / check["plain_tokens_per_s"] if check["plain_tokens_per_s"] else float("nan")
             print(f"check: identical to plain greedy decoding of the same build ({check['tokens']} of {check['tokens']} "
-                  f"tokens; plain {ui.fmt(check['plain_tokens_per_s'], 1)} tok/s)")
+                  f"tokens; plain {ui.fmt(check['plain_tokens_per_s'], 1)} tok/s on the same backend and row set: "
+                  f"speedup {ratio:.2f}x)")
         else:
             print(f"check: DIFFERS from plain greedy decoding of the same build: first at token {check['first_difference']} "
                   f"(speculative {check['speculative_token']} vs plain {check['plain_token']})")

@@ -99,6 +99,10 @@ class Loaded:
     tokenizer: Any
     source: str
 
+    @property
+    def default_k(self) -> int | None:
+        return BUILTIN_TRAINED_K if self.source.startswith("built-in trained") else None
+
     def provenance(self, **extra: Any) -> dict[str, Any]:
         from ..provenance import pair_provenance
 
@@ -137,11 +141,16 @@ def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | N
                   load_tokenizer(tok_path or tpath / "tokenizer.json"), source)
 
 
-def check_k(k: int | None, draft) -> int:
-    """k defaults to block - 1; anything outside 1..block-1 is refused with the range."""
+# The built-in trained pair's best k (docs/trained-pair.md: k = 15 verifies two row sets a round and
+# its later positions rarely hit).
+BUILTIN_TRAINED_K = 7
+
+
+def check_k(k: int | None, draft, default: int | None = None) -> int:
+    """k defaults to ``default`` (else block - 1); anything outside 1..block-1 is refused with the range."""
     top = draft.config.block_size - 1
     if k is None:
-        return top
+        return min(default, top) if default else top
     if not 1 <= k <= top:
         raise ConfigError(f"k={k} is out of range: this draft proposes 1..{top} tokens a round (block size "
                           f"{draft.config.block_size} minus the anchor); give --k between 1 and {top}")

@@ -1,0 +1,114 @@
+"""The built-in trained pair: a tiny hybrid target, its DFlash 2 draft, the tokenizer, default prompts.
+
+Everything ships inside the package (``data/builtin/`` and ``data/prompts/default.json``); nothing is
+downloaded. How it was trained, on what, and how well it does: ``docs/trained-pair.md`` and
+``data/builtin/TRAINING.json``. Rebuild it with ``python tools/train_pair.py``.
+
+``tokenizers`` is imported lazily (only :func:`load_tokenizer` needs it), so the engine itself keeps
+depending on numpy + safetensors only.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+BUILTIN_DIR = DATA_DIR / "builtin"
+PROMPTS_FILE = DATA_DIR / "prompts" / "default.json"
+
+MASK_TOKEN = "<|mask|>"
+EOT_TOKEN = "<|endoftext|>"
+
+
+def builtin_paths() -> tuple[Path, Path, Path]:
+    """``(target_dir, draft_dir, tokenizer_path)`` of the shipped pair (HF folders + ``tokenizer.json``)."""
+    paths = (BUILTIN_DIR / "target", BUILTIN_DIR / "draft", BUILTIN_DIR / "tokenizer.json")
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"the built-in pair is incomplete, missing {missing}; reinstall the package or rebuild it with "
+            f"`python tools/train_pair.py`"
+        )
+    return paths
+
+
+class Tokenizer:
+    """A thin wrapper over a ``tokenizers.Tokenizer`` (byte-level BPE): ``encode(text) -> list[int]``,
+    ``decode(ids) -> str``; byte-level, so ``decode(encode(text)) == text`` for any text."""
+
+    def __init__(self, tok: Any):
+        self._tok = tok
+        self.vocab_size: int = tok.get_vocab_size()
+        self.eos_token_id: int | None = tok.token_to_id(EOT_TOKEN)
+        self.mask_token_id: int | None = tok.token_to_id(MASK_TOKEN)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, eos={self.eos_token_id}, mask={self.mask_token_id})"
+
+
+def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
+    """The shipped tokenizer (or the ``tokenizer.json`` at ``path``). Needs the ``tokenizers`` package."""
+    try:
+        from tokenizers import Tokenizer as _HFTokenizer
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the built-in tokenizer needs the 'tokenizers' package: pip install tokenizers "
+            "(or install onebit-specverify with its cli extra)"
+        ) from e
+    p = Path(path) if path is not None else builtin_paths()[2]
+    return Tokenizer(_HFTokenizer.from_file(str(p)))
+
+
+@lru_cache(maxsize=1)
+def _prompt_file() -> dict:
+    return json.loads(PROMPTS_FILE.read_text(encoding="utf-8"))
+
+
+def default_prompts(kind: str | None = None) -> list[dict]:
+    """The default prompt set: dicts ``{kind, source, text}``; ``kind`` "code" or "prose" filters.
+
+    All are held out: cut from stdlib files / prose documents the pair was never trained on."""
+    prompts = _prompt_file()["prompts"]
+    if kind is None:
+        return [dict(p) for p in prompts]
+    if kind not in ("code", "prose"):
+        raise ValueError(f"kind must be 'code', 'prose' or None, got {kind!r}")
+    return [dict(p) for p in prompts if p["kind"] == kind]
+
+
+def default_prompt_texts(kind: str | None = None) -> list[str]:
+    """Just the texts of :func:`default_prompts`."""
+    return [p["text"] for p in default_prompts(kind)]
+
+
+def default_code_prompt() -> str:
+    """The first held-out code prompt (what a default run uses)."""
+    return default_prompt_texts("code")[0]
+
+
+def default_prose_prompt() -> str:
+    """The first held-out prose prompt."""
+    return default_prompt_texts("prose")[0]
+
+
+def training_info() -> dict:
+    """The parsed ``TRAINING.json`` (data manifest, recipe, seeds, losses, times, evaluation)."""
+    return json.loads((BUILTIN_DIR / "TRAINING.json").read_text(encoding="utf-8"))
+
+
+def load_builtin_pair(*, backend: Any = "reference", row_set: int = 8) -> tuple[Any, Any]:
+    """``(target, draft)``: the shipped target via ``load_target`` and its draft via ``draft.load_draft``."""
+    from .draft import load_draft
+    from .target import load_target
+
+    target_dir, draft_dir, _ = builtin_paths()
+    target = load_target(target_dir, backend=backend, row_set=row_set)
+    return target, load_draft(draft_dir, target, backend=backend, row_set=row_set)

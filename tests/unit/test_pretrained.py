@@ -1,0 +1,126 @@
+"""The shipped trained pair (src/onebit_engine/data/builtin): it loads, its tokenizer round-trips, its
+greedy output on a held-out prompt is varied text (not a loop), and its draft really speculates."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from onebit_engine import load_target
+from onebit_engine.pretrained import (
+    BUILTIN_DIR, builtin_paths, default_code_prompt, default_prompts, training_info,
+)
+
+tokenizers = pytest.importorskip("tokenizers")
+
+from onebit_engine.pretrained import load_tokenizer  # noqa: E402
+
+MIN_DISTINCT4 = 0.5  # share of distinct 4-grams in 64 greedy tokens; a repetition loop scores far lower
+
+
+def distinct4(tokens) -> float:
+    grams = [tuple(tokens[i: i + 4]) for i in range(len(tokens) - 3)]
+    return len(set(grams)) / max(1, len(grams))
+
+
+@pytest.fixture(scope="module")
+def target():
+    return load_target(builtin_paths()[0])
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+def test_builtin_files_are_small_and_float16():
+    target_dir, draft_dir, tok_path = builtin_paths()
+    total = sum(f.stat().st_size for d in (target_dir, draft_dir) for f in d.iterdir()) + tok_path.stat().st_size
+    assert total < 12_000_000, f"the shipped pair is {total / 1e6:.1f} MB; it should stay a few MB"
+    for d in (target_dir, draft_dir):
+        header_len = int.from_bytes((d / "model.safetensors").read_bytes()[:8], "little")
+        header = json.loads((d / "model.safetensors").read_bytes()[8: 8 + header_len])
+        dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+        assert dtypes == {"F16"}, f"{d.name}: tensors stored as {dtypes}, expected float16 only"
+
+
+def test_target_loads_with_the_real_architecture(target):
+    cfg = target.config
+    assert cfg.model_type == "qwen3_5_text"
+    assert cfg.layer_types.count("linear_attention") == 3 * cfg.layer_types.count("full_attention")
+    assert cfg.vocab_size == load_tokenizer().vocab_size
+
+
+def test_tokenizer_round_trips(tok):
+    texts = [p["text"] for p in default_prompts()]
+    texts += ["def f(x):\n\treturn x ** 2  # café ünïcode ✓\n", "", "   \n\n  trailing  "]
+    for text in texts:
+        ids = tok.encode(text)
+        assert all(0 <= i < tok.vocab_size for i in ids)
+        assert tok.decode(ids) == text
+    assert tok.mask_token_id is not None and tok.eos_token_id is not None
+    code = default_code_prompt()
+    assert len(tok.encode(code)) < len(code.encode()) / 2, "BPE should compress Python source well below 2 bytes/token"
+
+
+def test_default_prompts_are_held_out():
+    info = training_info()
+    held_files = {f["path"] for f in info["data_manifest"]["code_files"] if f["held_out"]}
+    train_files = {f["path"] for f in info["data_manifest"]["code_files"] if not f["held_out"]}
+    prompts = default_prompts()
+    assert len(default_prompts("code")) >= 8 and len(default_prompts("prose")) >= 4
+    for p in prompts:
+        if p["kind"] == "code":
+            path = p["source"].rsplit(":", 1)[0]
+            assert path in held_files and path not in train_files, p["source"]
+        else:
+            src = p["source"].split("#", 1)[0]
+            kind, name = src.split(":", 1)
+            items = info["data_manifest"]["prose_items"]
+            want = (lambda s: s.endswith(f"[{name!r}]")) if kind == "topic" else (lambda s: s.endswith("/" + name))
+            match = [i for i in items if want(i["source"])]
+            assert match and all(i["held_out"] for i in match), p["source"]
+
+
+def test_greedy_output_on_a_held_out_prompt_is_varied(target, tok):
+    from onebit_engine.generate import generate
+
+    ids = tok.encode(default_code_prompt())
+    res = generate(target, ids, max_new_tokens=64, stop_tokens=[])
+    d4 = distinct4(res.tokens)
+    assert d4 >= MIN_DISTINCT4, f"greedy output is a loop (distinct 4-grams {d4:.2f}):\n{tok.decode(res.tokens)}"
+
+
+def test_draft_loads_and_speculates(target, tok):
+    """A greedy round of the shipped draft on a held-out prompt: some drafted tokens are the target's."""
+    from onebit_engine.draft import load_draft
+
+    draft = load_draft(builtin_paths()[1], target)
+    assert draft.config.version == 2 and draft.config.mask_token_id == tok.mask_token_id
+    ids = tok.encode(default_code_prompt())
+    st, ds = target.new_state(), draft.new_state()
+    out = target.forward(ids, st)
+    draft.append_context(ds, out.hidden)
+    anchor = int(np.argmax(out.logits[-1]))
+    accepted = []
+    for _ in range(6):
+        p = draft.propose(ds, anchor, 7)
+        v = target.verify([anchor] + [int(t) for t in p.tokens], st)
+        post = np.argmax(v.logits, axis=-1)
+        a = 0
+        while a < 7 and int(p.tokens[a]) == int(post[a]):
+            a += 1
+        target.commit(st, a + 1)
+        draft.append_context(ds, v.hidden[: a + 1])
+        anchor = int(post[a])
+        accepted.append(a)
+    assert sum(accepted) >= 3, f"the draft accepted {accepted} tokens per round on a held-out prompt"
+
+
+def test_training_record_is_complete():
+    info = training_info()
+    for key in ("recipe", "data_manifest", "target", "draft", "eval", "times_s"):
+        assert key in info
+    assert info["data_manifest"]["python_version"].count(".") == 2
+    assert (BUILTIN_DIR / "tokenizer.json").exists()
