@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 ENTRY_POINT_GROUP = "specverify.ports"
-BUILTIN = {"onebit": "pytest_specverify.adapters.onebit:make_port"}
+BUILTIN = {"onebit": "pytest_specverify.adapters.onebit:make_port",
+           "onebit-trained": "pytest_specverify.adapters.onebit:make_trained_port"}
 
 
 def available_ports() -> dict[str, str]:

@@ -22,12 +22,13 @@ class OnebitPort:
     tolerance = "exact"
     commit_paths = ("keep", "replay", "checkpoint")
 
-    def __init__(self, target, *, name: str = "onebit", draft_seed: int = 0):
+    def __init__(self, target, *, name: str = "onebit", draft_seed: int = 0, draft=None, tokenizer=None):
         self.target = target
         self.name = name
         self.vocab_size = int(target.config.vocab_size)
         self.draft_seed = draft_seed
-        self._draft = None
+        self._draft = draft
+        self.tokenizer = tokenizer
 
     # -- target ----------------------------------------------------------------------------------
     def new_state(self):
@@ -53,7 +54,9 @@ class OnebitPort:
 
     # -- vocabulary and draft --------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
-        return byte_encode(text, self.vocab_size)  # no tokenizer ships yet
+        if self.tokenizer is not None:
+            return list(self.tokenizer.encode(text))
+        return byte_encode(text, self.vocab_size)
 
     def make_draft(self):
         """A seeded random DFlash draft (draft/synthetic.py) sized for the target, loaded once."""
@@ -89,6 +92,19 @@ class OnebitPort:
         desc = dict(self.target.backend.describe())
         return {"port": self.name, "backend": desc.get("backend"), "kernel_set": desc.get("kernel_set"),
                 "row_set": self.target.row_set, "vocab_size": self.vocab_size}
+
+
+def make_trained_port(options: PortOptions) -> OnebitPort:
+    """Entry point ``onebit-trained``: the engine's built-in trained pair (real tokenizer, trained DFlash 2
+    draft), so the default prompt texts are encoded as a user's would be and acceptance is real."""
+    from onebit_engine.draft import load_draft
+    from onebit_engine.pretrained import builtin_paths, load_tokenizer
+    from onebit_engine.target import load_target
+
+    target_dir, draft_dir, tok = builtin_paths()
+    target = load_target(target_dir, backend=options.backend or "reference", row_set=options.row_set or 8)
+    draft = load_draft(draft_dir, target, backend=target.backend, row_set=target.row_set)
+    return OnebitPort(target, name="onebit-trained", draft=draft, tokenizer=load_tokenizer(tok))
 
 
 def make_port(options: PortOptions) -> OnebitPort:
