@@ -89,3 +89,19 @@ def test_sampled_proposals_are_reproducible(version, target, tmp_path):
         np.testing.assert_allclose(a.q, ref / ref.sum(-1, keepdims=True), atol=1e-6)
     with pytest.raises(ValueError, match="needs rng"):
         draft.propose(st, 5, 5, temperature=0.9)
+
+
+def test_top_candidates_equals_stable_sort_twin():
+    import numpy as np
+
+    from onebit_engine.draft.selector import top_candidates, top_candidates_slow
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n, v, k = int(rng.integers(1, 6)), int(rng.integers(1, 60)), int(rng.integers(1, 12))
+        logits = rng.integers(-3, 4, (n, v)).astype(np.float32)  # many ties
+        if trial % 2:
+            logits = rng.standard_normal((n, v)).astype(np.float32)
+        a, ua = top_candidates(logits, min(k, v))
+        b, ub = top_candidates_slow(logits, min(k, v))
+        assert np.array_equal(a, b) and np.array_equal(ua, ub)
