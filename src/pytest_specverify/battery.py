@@ -1,0 +1,47 @@
+"""The specverify battery: the checks as ready-made tests, for any port.
+
+Use it from your own test file (the port comes from ``--specverify-port`` or your ``specverify_port``
+fixture override)::
+
+    from pytest_specverify.battery import *  # noqa: F401,F403
+
+or run it straight from the installed package::
+
+    pytest --pyargs pytest_specverify.battery --specverify-port myport
+"""
+import pytest
+
+
+def test_commit_equivalence(check_commit_equivalence, specverify_port):
+    report = check_commit_equivalence(specverify_port.encode("The capital of France is"))
+    assert set(p for p, _, _ in report.counts) == set(specverify_port.commit_paths)
+
+
+def test_greedy_identity(check_greedy_identity, specverify_prompt_ids):
+    report = check_greedy_identity(specverify_prompt_ids)
+    print(f"acceptance {report.metrics['acceptance_rate']:.2f}, tokens/round {report.metrics['tokens_per_round']:.2f}")
+
+
+def test_forced_acceptance_covers_every_accept_count(check_forced_acceptance, specverify_port, specverify_settings):
+    report = check_forced_acceptance(specverify_port.encode("def fibonacci(n):"))
+    k = specverify_settings.spec_k
+    assert all(report.counts[a] > 0 for a in range(k + 1)), report.counts
+
+
+def test_self_draft_accepts_everything(check_self_draft, specverify_port):
+    report = check_self_draft(specverify_port.encode("Once upon a time"))
+    assert report.metrics["acceptance_rate"] >= 0.9
+
+
+@pytest.mark.replay_check
+def test_replay_check(check_replay, specverify_port):
+    check_replay(specverify_port.encode("for (int i = 0; i < n; i++)"))
+
+
+def test_sampling_distribution(check_sampling, specverify_port):
+    check_sampling(specverify_port.encode("ab"))
+
+
+def test_stateful_fuzz(check_fuzz, specverify_port):
+    totals = check_fuzz(specverify_port.encode("Hello"), max_examples=10, steps=6)
+    assert totals["zero_draft"] > 0 and totals["full_accepts"] > 0, totals
