@@ -15,6 +15,8 @@ import numpy as np
 
 from .errors import CheckpointError
 
+QUANT_FILE = "quantized.safetensors"  # a servable quantized folder's projections (see quant/io.py)
+
 _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
@@ -83,7 +85,7 @@ def checkpoint_files(folder: Path) -> list[Path]:
         if missing:
             raise CheckpointError(f"{index} names shard file(s) {missing} that are not in {folder}; copy the missing shards")
         return [folder / n for n in names]
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted(f for f in folder.glob("*.safetensors") if f.name != QUANT_FILE)
     if not files:
         raise CheckpointError(f"{folder} holds no *.safetensors file; a checkpoint folder needs config.json and its weights")
     return files

@@ -26,7 +26,7 @@ from .ops.attention import attend_row
 from .ops.gated_delta import gdn_token
 from .ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from .ops.rope import apply_rope, cos_sin, inv_freq
-from .safetensors_io import load_folder_tensors, read_config
+from .safetensors_io import QUANT_FILE, load_folder_tensors, read_config
 from .state import GDNLayerState, KVLayerState, TargetState, VerifyRecord
 from .target_weights import check_and_map
 
@@ -256,10 +256,19 @@ class Target:
 
 
 def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8) -> Target:
-    """Load a Hugging Face checkpoint folder (config.json + *.safetensors, single or sharded)."""
+    """Load a Hugging Face checkpoint folder (config.json + *.safetensors, single or sharded).
+
+    A folder written by ``onebit quantize --out DIR`` also holds ``quantized.safetensors``: its
+    projections are handed to the backend pre-quantized (``host-int`` / ``xrt`` run the codes as they
+    are; ``reference`` runs their float dequantization)."""
     folder = Path(path)
     config = TargetConfig.from_hf(read_config(folder))
-    weights = check_and_map(load_folder_tensors(folder), config, str(folder))
+    tensors = load_folder_tensors(folder)
+    if (folder / QUANT_FILE).exists():  # a servable quantized folder (`onebit quantize --out DIR`)
+        from .quant import load_quantized
+
+        tensors.update(load_quantized(folder / QUANT_FILE))
+    weights = check_and_map(tensors, config, str(folder))
     return Target(config, weights, backend=backend, row_set=row_set)
 
 

@@ -81,7 +81,7 @@ def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) ->
     if unknown:
         problems.append(f"{len(unknown)} unknown tensor(s): " + ", ".join(unknown))
     for name in sorted(set(want) & set(tensors)):
-        if tuple(tensors[name].shape) != want[name]:
+        if tuple(tensors[name].shape) != want[name]:  # a QuantWeight reports its logical [N, K] shape
             problems.append(f"shape mismatch {name}: file {tuple(tensors[name].shape)}, config needs {want[name]}")
     if problems:
         raise WeightError(
@@ -89,10 +89,23 @@ def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) ->
             f"hidden {cfg.hidden_size}):\n  " + "\n  ".join(problems)
             + "\nFix the config.json or re-export the weights; nothing was loaded."
         )
-    w = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+    w = {k: v if _is_quant(v) else np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
     if cfg.layout == "grouped":
         _regroup(w, cfg)
     return w
+
+
+def _is_quant(v) -> bool:
+    return not isinstance(v, np.ndarray) and hasattr(v, "fmt")
+
+
+def _rows(w, idx: np.ndarray):
+    """Output channels ``idx`` of a float or quantized weight."""
+    if _is_quant(w):
+        from .quant import take_rows
+
+        return take_rows(w, idx)
+    return np.ascontiguousarray(w[idx])
 
 
 def _regroup(w: dict[str, np.ndarray], cfg: TargetConfig) -> None:
@@ -104,13 +117,13 @@ def _regroup(w: dict[str, np.ndarray], cfg: TargetConfig) -> None:
         if kind != "linear_attention":
             continue
         a = f"model.layers.{i}.linear_attn."
-        qkvz = w.pop(a + "in_proj_qkvz.weight").reshape(HK, 2 * dk + 2 * r * dv, D)
-        q, k = qkvz[:, :dk], qkvz[:, dk : 2 * dk]
-        v, z = qkvz[:, 2 * dk : 2 * dk + r * dv], qkvz[:, 2 * dk + r * dv :]
-        w[a + "in_proj_qkv.weight"] = np.ascontiguousarray(
-            np.concatenate([q.reshape(-1, D), k.reshape(-1, D), v.reshape(-1, D)])
-        )
-        w[a + "in_proj_z.weight"] = np.ascontiguousarray(z.reshape(-1, D))
-        ba = w.pop(a + "in_proj_ba.weight").reshape(HK, 2 * r, D)
-        w[a + "in_proj_b.weight"] = np.ascontiguousarray(ba[:, :r].reshape(-1, D))
-        w[a + "in_proj_a.weight"] = np.ascontiguousarray(ba[:, r:].reshape(-1, D))
+        idx = np.arange(HK * (2 * dk + 2 * r * dv)).reshape(HK, 2 * dk + 2 * r * dv)  # row ids per key group
+        q, k = idx[:, :dk], idx[:, dk : 2 * dk]
+        v, z = idx[:, 2 * dk : 2 * dk + r * dv], idx[:, 2 * dk + r * dv :]
+        qkvz = w.pop(a + "in_proj_qkvz.weight")
+        w[a + "in_proj_qkv.weight"] = _rows(qkvz, np.concatenate([q.ravel(), k.ravel(), v.ravel()]))
+        w[a + "in_proj_z.weight"] = _rows(qkvz, z.ravel())
+        ba_idx = np.arange(HK * 2 * r).reshape(HK, 2 * r)
+        ba = w.pop(a + "in_proj_ba.weight")
+        w[a + "in_proj_b.weight"] = _rows(ba, ba_idx[:, :r].ravel())
+        w[a + "in_proj_a.weight"] = _rows(ba, ba_idx[:, r:].ravel())

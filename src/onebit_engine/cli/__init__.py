@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quantize", help="quantize a float checkpoint's projections and save them")
     q.add_argument("--model", metavar="PATH", help="float checkpoint folder. Default: the built-in target")
     q.add_argument("--format", choices=("int8", "int4", "ternary"), default="int8", help="Default: %(default)r")
-    q.add_argument("--out", required=True, metavar="FILE", help="quantized .safetensors file to write")
+    q.add_argument("--out", required=True, metavar="PATH", help="a .safetensors path: the quantized projections only (for inspect); any other path: a servable checkpoint folder that load_target and --model run")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func="inspect:cmd_quantize")
     return p

@@ -107,6 +107,35 @@ def is_projection(name: str, arr: np.ndarray) -> bool:
     return arr.ndim == 2 and name.endswith(".weight") and "embed_tokens" not in name and "codebook" not in name
 
 
+def _write_servable_folder(dest: Path, source: Path, tensors: dict, quantized: dict) -> None:
+    """A folder ``load_target`` serves: config.json, the other tensors as they were, quantized.safetensors.
+    Written into a temporary sibling folder and renamed, so a failed run leaves nothing half-written."""
+    import os
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from ..quant import save_quantized
+    from ..safetensors_io import QUANT_FILE
+
+    if dest.exists() and any(dest.iterdir()):
+        raise CheckpointError(f"--out {str(dest)!r} exists and is not empty; remove it or give another folder")
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        shutil.copyfile(source / "config.json", tmp / "config.json")
+        rest = {n: np.ascontiguousarray(a) for n, a in tensors.items() if n not in quantized}
+        save_file(rest, str(tmp / "model.safetensors"))
+        save_quantized(tmp / QUANT_FILE, quantized)
+        if dest.exists():
+            dest.rmdir()
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def cmd_quantize(args) -> int:
     from ..atomic import atomic_write_with
     from ..quant import quantize_weight, save_quantized
@@ -126,7 +155,10 @@ def cmd_quantize(args) -> int:
             out[name] = qw
             rows.append({"name": name, "shape": list(w.shape), "float_bytes": int(w32.nbytes), "bytes": qw.nbytes, "rel_error": err})
             bar(1)
-    atomic_write_with(args.out, lambda tmp: save_quantized(tmp, out))
+    if str(args.out).endswith(".safetensors"):
+        atomic_write_with(args.out, lambda tmp: save_quantized(tmp, out))
+    else:
+        _write_servable_folder(Path(args.out), folder, tensors, out)
     info = {"command": "quantize", "model": str(folder), "format": args.format, "out": str(args.out), "weights": rows,
             "float_bytes": sum(r["float_bytes"] for r in rows), "bytes": sum(r["bytes"] for r in rows)}
     if args.json:
@@ -135,5 +167,5 @@ def cmd_quantize(args) -> int:
     print(ui.table(["weight", "shape", "float32 bytes", f"{args.format} bytes", "rel. error"],
                    [(r["name"], "x".join(map(str, r["shape"])), r["float_bytes"], r["bytes"], r["rel_error"]) for r in rows], digits=4))
     print(f"\n{len(rows)} projections, {info['float_bytes'] / 2**20:.2f} MiB float32 -> {info['bytes'] / 2**20:.2f} MiB {args.format} "
-          f"-> {args.out} (read it back with `onebit inspect {args.out}`)")
+          f"-> {args.out} (" + ("read it back with `onebit inspect " + str(args.out) + "`" if str(args.out).endswith(".safetensors") else "run it with `onebit loop --model " + str(args.out) + " --backend host-int`") + ")")
     return 0

@@ -57,10 +57,17 @@ class Linear:
     def fused(cls, weights: "list[np.ndarray]", backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
         """One projection for several weights that read the same input (rows stacked in order);
         split its output with ``np.split(y, offsets, axis=1)``. Fewer, larger calls per token."""
-        return cls.from_weight(np.concatenate(weights, axis=0), backend, row_set, name)
+        if all(isinstance(w, np.ndarray) for w in weights):
+            return cls.from_weight(np.concatenate(weights, axis=0), backend, row_set, name)
+        from ..quant import concat_rows  # a pre-quantized checkpoint: fuse the packed rows
+
+        return cls.from_weight(concat_rows(list(weights)), backend, row_set, name)
 
     @classmethod
     def from_weight(cls, weight: np.ndarray, backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
+        if not isinstance(weight, np.ndarray) and hasattr(weight, "fmt"):  # a QuantWeight: the backend packs it as is
+            n, k = weight.shape
+            return cls(backend.pack(weight, name=name), backend, row_set, k, n, name)
         w = np.ascontiguousarray(weight, dtype=np.float32)
         if w.ndim != 2:
             raise ValueError(f"weight {name!r} must be 2-D [N, K], got shape {w.shape}")

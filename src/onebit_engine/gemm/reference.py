@@ -19,7 +19,9 @@ class ReferenceBackend:
     name = "reference"
     exact = True
 
-    def pack(self, weight: np.ndarray, *, name: str = "") -> np.ndarray:
+    def pack(self, weight: Any, *, name: str = "") -> np.ndarray:
+        if not isinstance(weight, np.ndarray) and hasattr(weight, "dequantize"):
+            weight = weight.dequantize()  # a pre-quantized checkpoint runs as its float dequantization
         # Stored transposed and contiguous [K, N] so every call is the same sgemm layout.
         return np.ascontiguousarray(np.asarray(weight, dtype=np.float32).T)
 

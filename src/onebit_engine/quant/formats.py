@@ -121,3 +121,20 @@ def unpack_codes(fmt: str, data: np.ndarray, k: int) -> np.ndarray:
     if np.any(codes == 3):
         raise ValueError("ternary data holds the unused 2-bit code 3; the file is corrupt - re-quantize it")
     return np.where(codes == 1, 1, np.where(codes == 2, -1, 0)).astype(np.int8)
+
+
+def take_rows(w: QuantWeight, rows: np.ndarray) -> QuantWeight:
+    """The output channels ``rows`` of ``w`` (codes are packed along K, so rows move whole)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return QuantWeight(w.fmt, (len(rows), w.shape[1]), np.ascontiguousarray(w.data[rows]), np.ascontiguousarray(w.scale[rows]))
+
+
+def concat_rows(weights: "list[QuantWeight]") -> QuantWeight:
+    """Stack weights that read the same input (one fused projection). Same format and K required."""
+    fmts, ks = {w.fmt for w in weights}, {w.shape[1] for w in weights}
+    if len(fmts) != 1 or len(ks) != 1:
+        raise ValueError(f"cannot fuse quantized weights of formats {sorted(fmts)} and input sizes {sorted(ks)}; "
+                         f"quantize every projection of a layer to one format")
+    return QuantWeight(weights[0].fmt, (sum(w.shape[0] for w in weights), ks.pop()),
+                       np.ascontiguousarray(np.concatenate([w.data for w in weights])),
+                       np.ascontiguousarray(np.concatenate([w.scale for w in weights])))
