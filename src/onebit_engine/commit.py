@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import ConfigError, StateError, StateMismatch
-from .ops.gated_delta import gdn_token
 from .state import GDNLayerState, KVLayerState, TargetState, VerifyRecord
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ def replay_layer(target: "Target", rec: VerifyRecord, layer: int, accepted: int)
     mixer = target.layers[layer].mixer
     st = rec.snapshot[layer].copy()
     for t in range(accepted):
-        _, st.conv, st.rec = gdn_token(
+        _, st.conv, st.rec = mixer.token_fn(  # the very function the verify ran
             st.conv, st.rec, rec.mixed[layer][t], rec.alpha[layer][t], rec.beta[layer][t],
             mixer.conv_weight, c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim,
         )

@@ -29,7 +29,7 @@ def run_provenance(target, **extra: Any) -> dict[str, Any]:
     return {
         "engine_version": __version__, "git_revision": git_revision(), "backend": desc.get("backend"),
         "kernel_set": desc.get("kernel_set"), "kernel_hash": desc.get("manifest_hash") or desc.get("hash"),
-        "backend_events": desc.get("events"), "row_set": target.row_set, "model_type": target.config.model_type,
+        "backend_events": desc.get("events"), "row_set": target.row_set, "recurrence": getattr(target, "recurrence", None), "model_type": target.config.model_type,
         "machine": f"{platform.machine()} {platform.processor() or platform.system()}", **extra,
     }
 

@@ -67,9 +67,10 @@ def random_weights(cfg: TargetConfig, seed: int = 0, scale: float = 1.0) -> dict
     return w
 
 
-def random_target(cfg: TargetConfig | None = None, seed: int = 0, *, backend="reference", row_set: int = 8, scale: float = 1.0) -> Target:
+def random_target(cfg: TargetConfig | None = None, seed: int = 0, *, backend="reference", row_set: int = 8, scale: float = 1.0,
+                  recurrence: str = "auto") -> Target:
     cfg = cfg or tiny_config()
-    return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set)
+    return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set, recurrence=recurrence)
 
 
 def hf_config_dict(cfg: TargetConfig) -> dict:

@@ -63,8 +63,9 @@ class _Recorder:
 class GatedDeltaNet:
     """Linear-attention mixer. Shapes: h [R, D] -> [R, D] (R = row set, first n rows real)."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused):
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused, token_fn=gdn_token):
         self.cfg = cfg
+        self.token_fn = token_fn  # one token of conv + delta rule: the numpy reference or its compiled twin
         # qkv, z, b, a read the same input: one call, split at these column offsets
         self.in_proj = fused([p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight", p + "in_proj_a.weight"])
         hv = cfg.linear_num_value_heads
@@ -91,7 +92,7 @@ class GatedDeltaNet:
         alpha = np.exp(self.neg_A * softplus(a + self.dt_bias))  # [R, HV], in (0, 1]
         o = np.zeros((R, c.linear_num_value_heads, c.linear_value_head_dim), F32)
         for t in range(n):
-            o[t], st.conv, st.rec = gdn_token(
+            o[t], st.conv, st.rec = self.token_fn(
                 st.conv, st.rec, mixed[t], alpha[t], beta[t], self.conv_weight,
                 c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim,
             )
@@ -105,7 +106,7 @@ class GatedDeltaNet:
 class GatedAttention:
     """Full attention with q/k norms, partial RoPE and a sigmoid output gate. h [R, D] -> [R, D]."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused):
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused, token_fn=None):
         self.cfg = cfg
         self.qkv_proj = fused([p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
         kv = cfg.num_key_value_heads * cfg.head_dim
@@ -151,12 +152,12 @@ class DenseMLP:
 class DecoderLayer:
     """Pre-norm block with two residuals: x + mixer(norm(x)), then + mlp(norm(.))."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused):
+    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused, token_fn):
         p = f"model.layers.{i}."
         self.kind = cfg.layer_types[i]
         mixer = GatedDeltaNet if self.kind == "linear_attention" else GatedAttention
         sub = "linear_attn." if self.kind == "linear_attention" else "self_attn."
-        self.mixer = mixer(cfg, w, p + sub, lin, fused)
+        self.mixer = mixer(cfg, w, p + sub, lin, fused, token_fn)
         self.mlp = DenseMLP(p + "mlp.", lin, fused)
         self.in_norm, self.post_norm = w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"]
         self.eps = cfg.rms_norm_eps
@@ -169,10 +170,12 @@ class DecoderLayer:
 class Target:
     """The hybrid target model bound to one GEMM backend and one row set."""
 
-    def __init__(self, config: TargetConfig, weights: dict, *, backend: "str | GemmBackend" = "reference", row_set: int = 8):
+    def __init__(self, config: TargetConfig, weights: dict, *, backend: "str | GemmBackend" = "reference", row_set: int = 8,
+                 recurrence: str = "auto"):
         if not isinstance(row_set, int) or row_set < 1:
             raise ConfigError(f"row_set must be a positive integer, got {row_set!r}")
         self.config, self.row_set = config, row_set
+        self.recurrence, token_fn = _recurrence(recurrence)
         self.backend = get_backend(backend)
         lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
         fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731
@@ -180,7 +183,7 @@ class Target:
         self.norm_weight = weights["model.norm.weight"]
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
         self.lm_head = Linear.from_weight(weights[head], self.backend, row_set, "lm_head.weight")
-        self.layers = [DecoderLayer(config, weights, i, lin, fused) for i in range(config.num_hidden_layers)]
+        self.layers = [DecoderLayer(config, weights, i, lin, fused, token_fn) for i in range(config.num_hidden_layers)]
 
     def final_norm(self, x: np.ndarray) -> np.ndarray:
         return rms_norm_zc(x, self.norm_weight, self.config.rms_norm_eps)
@@ -255,7 +258,22 @@ class Target:
         return Output(logits, hidden)
 
 
-def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8) -> Target:
+def _recurrence(name: str):
+    """"numpy" (the reference ``ops.gated_delta.gdn_token``), "numba" (its compiled twin) or "auto"
+    (numba when it is installed)."""
+    from .ops.gated_delta_fast import gdn_token_fast
+
+    if name not in ("auto", "numpy", "numba"):
+        raise ConfigError(f"recurrence {name!r} is not 'auto', 'numpy' or 'numba'")
+    if name == "numba" and gdn_token_fast is None:
+        raise ConfigError("recurrence 'numba' needs the numba package (pip install 'onebit-specverify[fast]'); or use 'numpy'")
+    if name == "numpy" or gdn_token_fast is None:
+        return "numpy", gdn_token
+    return "numba", gdn_token_fast
+
+
+def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8,
+                recurrence: str = "auto") -> Target:
     """Load a Hugging Face checkpoint folder (config.json + *.safetensors, single or sharded).
 
     A folder written by ``onebit quantize --out DIR`` also holds ``quantized.safetensors``: its
@@ -269,7 +287,7 @@ def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference
 
         tensors.update(load_quantized(folder / QUANT_FILE))
     weights = check_and_map(tensors, config, str(folder))
-    return Target(config, weights, backend=backend, row_set=row_set)
+    return Target(config, weights, backend=backend, row_set=row_set, recurrence=recurrence)
 
 
 __all__ = ["Target", "Output", "load_target", "COMMIT_PATHS"]

@@ -37,10 +37,13 @@ def states_equal(a, b):
         assert np.array_equal(aa[k], bb[k]), k
 
 
-@given(cases(), st.sampled_from(EXACT), st.sampled_from(["keep", "replay", "checkpoint"]))
-def test_verify_commit_equals_single_steps(case, backend, path):
+RECURRENCES = ["numpy", "numba"] if __import__("importlib").util.find_spec("numba") else ["numpy"]
+
+
+@given(cases(), st.sampled_from(EXACT), st.sampled_from(["keep", "replay", "checkpoint"]), st.sampled_from(RECURRENCES))
+def test_verify_commit_equals_single_steps(case, backend, path, recurrence):
     cfg, prompt, rows, accepted, row_set, seed = case
-    target = random_target(cfg, seed, backend=backend, row_set=row_set)
+    target = random_target(cfg, seed, backend=backend, row_set=row_set, recurrence=recurrence)
     spec, ref = target.new_state(), target.new_state()
     target.forward(prompt, spec)
     ref_logits = [target.forward([t], ref).logits[0] for t in prompt][-1:]
@@ -56,10 +59,10 @@ def test_verify_commit_equals_single_steps(case, backend, path):
     del ref_logits
 
 
-@given(cases(), st.sampled_from(EXACT))
-def test_prefill_equals_single_steps(case, backend):
+@given(cases(), st.sampled_from(EXACT), st.sampled_from(RECURRENCES))
+def test_prefill_equals_single_steps(case, backend, recurrence):
     cfg, prompt, rows, _, row_set, seed = case
-    target = random_target(cfg, seed, backend=backend, row_set=row_set)
+    target = random_target(cfg, seed, backend=backend, row_set=row_set, recurrence=recurrence)
     a, b = target.new_state(), target.new_state()
     out = target.forward(prompt + rows, a)
     singles = [target.forward([t], b) for t in prompt + rows]
