@@ -50,7 +50,9 @@ def kernel(args):
     dst = np.empty_like(src)
     bw = 2 * src.nbytes / _tmin(lambda: np.copyto(dst, src), 10)
     print(f"numpy copy bandwidth (read + write bytes): {bw / 1e9:.1f} GB/s")
+    print()
     print("| format | threads | 1 row ms | 8 rows ms | 16 rows ms | 8-row / 1-row | 1-row GB/s | % of copy bw |")
+    print("|---|---|---|---|---|---|---|---|")
     for fmt in FORMATS:
         for th in [int(t) for t in args.threads.split(",")]:
             b = HostIntBackend(weight_format=fmt, threads=th)

@@ -183,11 +183,33 @@ def render(data: dict, command: str, plot_name: str) -> tuple[str, list]:
     lines += [_table(["size", "HF tok/s", "engine reference tok/s", "engine host-int tok/s", "reference / HF",
                       "host-int / HF", "same greedy tokens", "peer", "prov"], hrows), ""]
 
+    lines += host_int_sections()
+
     lines += ["## Provenance of every row", "", P.table(), "",
               "Rows that share an id were measured with the same engine version, git revision, backend, kernel set, "
               "row set and checkpoints. Only rows with the same id compare directly; `onebit bench --compare` refuses "
               "the others.", ""]
     return "\n".join(lines), points
+
+
+HOST_INT_RUNS = (
+    ("6. host-int GEMM kernel: 1 / 8 / 16 rows on a 4096 x 4096 layer, and 1-row bandwidth",
+     ["tools/host_int_report.py", "kernel", "--threads", "1,2", "--reps", "40"]),
+    ("7. host-int plain decode of the medium config against HF transformers fp32 (one run, 1 thread each)",
+     ["tools/host_int_report.py", "decode", "--tokens", "48", "--threads", "1"]),
+)
+
+
+def host_int_sections() -> list[str]:
+    """The host-int figures (issue: verify(8)/step, bandwidth fraction, ratio against HF), measured now by
+    tools/host_int_report.py in its own process (its numbers: docs/host-int.md)."""
+    lines = []
+    for title, argv in HOST_INT_RUNS:
+        out = subprocess.run([sys.executable, *argv], cwd=REPO, env=dict(os.environ, **THREAD_ENV),
+                             capture_output=True, text=True, check=True).stdout
+        body = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("[transformers]")]
+        lines += [f"## {title}", "", f"`python {' '.join(argv)}`", "", *body, ""]
+    return lines
 
 
 def plot(points, path: Path) -> None:
