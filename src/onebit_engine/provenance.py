@@ -22,11 +22,22 @@ def git_revision() -> str:
     return "unknown"
 
 
+def device_provenance(desc: dict[str, Any]) -> dict[str, Any]:
+    """For a device backend: the NPU generation, driver and firmware versions (what the probe can read)."""
+    if desc.get("backend") != "xrt":
+        return {}
+    from .device import detect_npu
+
+    st = detect_npu(open_device=False)
+    return {"npu_generation": desc.get("generation") or st.generation, "npu_model": st.model,
+            "npu_driver": st.driver, "npu_driver_version": st.driver_version, "npu_firmware_version": st.firmware_version}
+
+
 def run_provenance(target, **extra: Any) -> dict[str, Any]:
     from . import __version__
 
     desc = target.backend.describe()
-    return {
+    return {**device_provenance(desc),
         "engine_version": __version__, "git_revision": git_revision(), "backend": desc.get("backend"),
         "kernel_set": desc.get("kernel_set"), "kernel_hash": desc.get("manifest_hash") or desc.get("hash"),
         "backend_events": desc.get("events"), "row_set": target.row_set, "recurrence": getattr(target, "recurrence", None), "model_type": target.config.model_type,

@@ -25,7 +25,7 @@ import numpy as np
 
 from .commit import COMMIT_PATHS
 from .errors import ConfigError
-from .provenance import run_provenance
+from .provenance import device_provenance, run_provenance
 from .sampling import choose, draw, probs
 
 
@@ -227,7 +227,8 @@ def speculative_generate(
     res.provenance = run_provenance(
         target, mode="speculative", commit_path=commit_path, k=k, temperature=temperature,
         draft_backend=draft_desc.get("backend"), draft_kernel_set=draft_desc.get("kernel_set"),
-        draft_backend_events=draft_desc.get("events"), draft_version=getattr(getattr(draft, "config", None), "version", None),
+        draft_backend_events=draft_desc.get("events"),
+        **{f"draft_{k}": v for k, v in device_provenance(draft_desc).items()}, draft_version=getattr(getattr(draft, "config", None), "version", None),
         fallback=None if fallback is None else (fallback if isinstance(fallback, str) else "custom"),
     )
     return res

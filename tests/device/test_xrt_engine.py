@@ -55,3 +55,7 @@ def test_draft_on_xrt_target_on_host_int_loop_unchanged(tmp_path, make_backend, 
     assert got.tokens == ref.tokens == plain
     assert [r.accepted for r in got.rounds] == [r.accepted for r in ref.rounds]  # the draft proposed the same
     assert xb.events["dispatches"] > 0 and xb.events["noop"] >= 1
+    # the run's result says where the draft ran and what the device did (retries, no-ops, fallbacks)
+    prov = got.provenance
+    assert prov["backend"] == "host-int" and prov["draft_backend"] == "xrt"
+    assert prov["draft_backend_events"]["noop"] >= 1 and "draft_npu_generation" in prov
