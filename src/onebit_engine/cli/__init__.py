@@ -50,7 +50,7 @@ def _model_args(p, *, draft: bool = True) -> None:
     if draft:
         g.add_argument("--draft-backend", metavar="NAME", help="the draft's backend, overriding --backend")
     g.add_argument("--row-set", type=_positive, default=8, metavar="N", help="rows per GEMM call. Default: %(default)r")
-    g.add_argument("--threads", type=_positive, default=1, metavar="N", help="host-int kernel threads. Default: %(default)r")
+    g.add_argument("--threads", type=_positive, default=1, metavar="N", help="threads for the host-int kernel and for BLAS (numpy). Default: %(default)r")
     if not draft:
         p.set_defaults(draft=None, draft_backend=None)
 
@@ -149,10 +149,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(func: str, args) -> int:
+    import contextlib
     import importlib
 
     module, name = func.split(":")
-    return getattr(importlib.import_module(f".{module}", __name__), name)(args)
+    fn = getattr(importlib.import_module(f".{module}", __name__), name)
+    # BLAS / OpenMP threads follow --threads (default 1): on a small shared machine a second BLAS thread
+    # that competes with anything else made numpy decoding 10-20x slower (docs/cli.md).
+    limit = contextlib.nullcontext()
+    if getattr(args, "threads", None):
+        try:
+            from threadpoolctl import threadpool_limits
+
+            limit = threadpool_limits(limits=args.threads)
+        except ImportError:
+            pass
+    with limit:
+        return fn(args)
 
 
 def main(argv: list[str] | None = None) -> int:
