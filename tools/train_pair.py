@@ -12,6 +12,8 @@ Stages (all in this file, in order):
               TRAINING.json) and prose (the ``pydoc_data.topics`` reference texts of the same stdlib,
               and Debian's /usr/share/common-licenses). A fixed hash rule holds files out (never trained on).
 2. tokenizer  byte-level BPE (``tokenizers``), 4096 ids, specials <|endoftext|>=0 <|pad|>=1 <|mask|>=2.
+              By default the shipped data/builtin/tokenizer.json is reused (prompts and tests depend on its
+              ids); --retrain-tokenizer trains it again from the training documents.
 3. target     HF transformers ``Qwen3_5ForCausalLM`` (Gated DeltaNet x3 + gated attention x1), trained
               on random 256-token windows, then rounded to float16 (what ships).
 4. draft data the float16-rounded target greedily continues prompts cut from the training text; its
@@ -251,12 +253,13 @@ def train_target(stream: np.ndarray, args, log, prose_stream: np.ndarray | None 
             g["lr"] = lr_at(step, args.target_steps, args.target_lr, args.warmup)
         if prose_stream is not None and args.prose_share > 0:
             # each window comes from the prose-only stream with probability prose_share (prose is ~7% of
-            # the mixed stream; oversampling it is what keeps greedy prose out of loops)
+            # the mixed stream)
             src = [prose_stream if u < args.prose_share else stream for u in rng.random(B)]
-        else:
-            src = [stream] * B
-        x = torch.from_numpy(np.stack([s_[o: o + T + 1] for s_, o in
-                                       ((s_, rng.integers(0, len(s_) - T - 1)) for s_ in src)]).astype(np.int64))
+            x = torch.from_numpy(np.stack([s_[o: o + T + 1] for s_, o in
+                                           ((s_, rng.integers(0, len(s_) - T - 1)) for s_ in src)]).astype(np.int64))
+        else:  # uniform windows of the mixed stream (the shipped recipe; same draws as before the option existed)
+            starts = rng.integers(0, len(stream) - T - 1, size=B)
+            x = torch.from_numpy(np.stack([stream[s: s + T + 1] for s in starts]).astype(np.int64))
         logits = model(input_ids=x[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         loss.backward()
@@ -746,11 +749,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: on a shared 2-core machine 2 OpenMP threads ran 3x slower)")
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--target-steps", type=int, default=800)
+    ap.add_argument("--target-steps", type=int, default=300)
     ap.add_argument("--target-batch", type=int, default=8)
     ap.add_argument("--target-lr", type=float, default=4e-3)
-    ap.add_argument("--warmup", type=int, default=40)
-    ap.add_argument("--prose-share", type=float, default=0.25,
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--prose-share", type=float, default=0.0,
                     help="probability that a target training window is drawn from the prose-only stream "
                          "(0: uniform windows of the mixed stream, where prose is ~7%%)")
     ap.add_argument("--tokenizer", type=Path, default=BUILTIN / "tokenizer.json",
