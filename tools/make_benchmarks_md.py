@@ -97,11 +97,12 @@ def render(data: dict, command: str, plot_name: str) -> tuple[str, list]:
         f"({mi.get('cpu', {}).get('count', '?')} logical CPUs), Python {mi.get('python_version', '?')}, "
         f"commit {str(ci.get('id', '?'))[:12]}{' (dirty)' if ci.get('dirty') else ''}.",
         "",
-        "> **The machine was shared and noisy** (2 cores, other jobs running; load average well above the core "
-        "count). Absolute tokens/s move by tens of percent between runs. The *ratios* are what to read: every ratio "
-        "on this page compares figures measured in one process, interleaved, with one build, backend, row set and "
-        "kernel set. The models are seeded random hybrid targets (no trained pair was available), so the loop's "
-        "acceptance is set by an oracle draft (below), not learned.",
+        "> **The machine is small and may be shared** (2 cores). Absolute tokens/s move by tens of percent between "
+        "runs. The *ratios* are what to read: every ratio on this page compares figures measured in one process, "
+        "interleaved, with one build, backend, row set and kernel set. Rows `trained` run the built-in trained pair "
+        "(docs/trained-pair.md) on its default held-out code prompt: learned acceptance. The `tiny` and `medium` "
+        "rows are seeded random hybrid targets whose acceptance is set by an oracle draft (below), to map speedup "
+        "against acceptance; `pair` rows there use a random DFlash 2 draft (acceptance about 0).",
         "",
         "## 1. Plain vs speculative decoding (32 tokens, median of 3 interleaved repeats)",
         "",
@@ -207,7 +208,7 @@ def host_int_sections() -> list[str]:
     for title, argv in HOST_INT_RUNS:
         out = subprocess.run([sys.executable, *argv], cwd=REPO, env=dict(os.environ, **THREAD_ENV),
                              capture_output=True, text=True, check=True).stdout
-        body = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("[transformers]")]
+        body = [ln for ln in out.splitlines() if not ln.startswith("[transformers]")]
         lines += [f"## {title}", "", f"`python {' '.join(argv)}`", "", *body, ""]
     return lines
 
