@@ -18,6 +18,10 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 BUILTIN_DIR = DATA_DIR / "builtin"
 PROMPTS_FILE = DATA_DIR / "prompts" / "default.json"
 
+# The shipped pair's best drafts per round (docs/trained-pair.md: k = 15 verifies two row sets a round and
+# its later positions rarely hit); the CLI's default k for it.
+RECOMMENDED_K = 7
+
 MASK_TOKEN = "<|mask|>"
 EOT_TOKEN = "<|endoftext|>"
 

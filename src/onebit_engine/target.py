@@ -45,8 +45,8 @@ class Output:
 class _Recorder:
     """Collects, during a verify, what commit needs (per GDN layer, per row)."""
 
-    def __init__(self, rows: int, per_row: bool):
-        self.rows, self.per_row = rows, per_row
+    def __init__(self, per_row: bool):
+        self.per_row = per_row
         self.mixed: dict[int, list] = {}
         self.alpha: dict[int, list] = {}
         self.beta: dict[int, list] = {}
@@ -206,7 +206,7 @@ class Target:
         toks = self._tokens(tokens)
         gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
         snapshot = {i: state.layers[i].copy() for i in gdn}
-        rec = _Recorder(len(toks), checkpoints)
+        rec = _Recorder(checkpoints)
         start = state.pos
         out = self._run(toks, state, rec)
         stack = lambda d, i: np.stack(d[i]) if d.get(i) else np.zeros((0,), F32)  # noqa: E731

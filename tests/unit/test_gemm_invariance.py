@@ -9,6 +9,7 @@ import pytest
 
 from onebit_engine.gemm import Linear, available_backends, get_backend
 
+REF_RTOL = 1e-5  # float32 products over K = 40 summed in BLAS's order vs numpy's: rounding only
 EXACT = [b for b in available_backends() if get_backend(b).exact]
 
 
@@ -41,4 +42,5 @@ def test_linear_row_equals_single_row_call(backend, row_set, N):
     singles = np.stack([lin(x[i : i + 1])[0] for i in range(11)])
     assert np.array_equal(full, singles)
     assert full.shape == (11, N)
-    assert np.allclose(full, x @ w.T, rtol=1e-4, atol=1e-4) or backend != "reference"
+    if backend == "reference":  # and the padded blocks still compute x @ W.T (float32 sums in another order)
+        assert np.allclose(full, x @ w.T, rtol=REF_RTOL, atol=REF_RTOL)

@@ -40,6 +40,9 @@ def _pretrained():
     return pretrained if hasattr(pretrained, "builtin_paths") else None
 
 
+TRAINED_SOURCE = "built-in trained pair"
+
+
 def builtin_paths() -> tuple[Path, Path, str, Path | None]:
     """(target folder, draft folder, description, tokenizer file or None) of the built-in pair."""
     pre = _pretrained()
@@ -51,7 +54,7 @@ def builtin_paths() -> tuple[Path, Path, str, Path | None]:
             missing = f"; trained pair unavailable: {str(e).split(';')[0]}"
         else:
             tok = Path(paths[2]) if len(paths) > 2 else None
-            return Path(paths[0]), Path(paths[1]), "built-in trained pair", tok
+            return Path(paths[0]), Path(paths[1]), TRAINED_SOURCE, tok
     folder = cache_dir() / BUILTIN_KEY
     if not (folder / "target" / "config.json").exists() or not (folder / "draft" / "config.json").exists():
         _write_builtin(folder)
@@ -100,8 +103,13 @@ class Loaded:
     source: str
 
     @property
+    def builtin_trained(self) -> bool:
+        return self.source == TRAINED_SOURCE
+
+    @property
     def default_k(self) -> int | None:
-        return BUILTIN_TRAINED_K if self.source.startswith("built-in trained") else None
+        """The trained pair's measured best k (``pretrained.RECOMMENDED_K``); other drafts: block - 1."""
+        return _pretrained().RECOMMENDED_K if self.builtin_trained else None
 
     def provenance(self, **extra: Any) -> dict[str, Any]:
         from ..provenance import pair_provenance
@@ -139,11 +147,6 @@ def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | N
         dhash = checkpoint_hash(dpath)
     return Loaded(target, dr, tpath, dpath if need_draft else None, checkpoint_hash(tpath), dhash,
                   load_tokenizer(tok_path or tpath / "tokenizer.json"), source)
-
-
-# The built-in trained pair's best k (docs/trained-pair.md: k = 15 verifies two row sets a round and
-# its later positions rarely hit).
-BUILTIN_TRAINED_K = 7
 
 
 def check_k(k: int | None, draft, default: int | None = None) -> int:
@@ -242,7 +245,7 @@ def _item(x, loaded: Loaded, where: str) -> list[int]:
 def default_prompts(loaded: Loaded) -> list[list[int]]:
     """Text prompts shipped with the trained pair; else four seeded token-id prompts."""
     pre = _pretrained()
-    if loaded.source.startswith("built-in trained") and loaded.tokenizer is not None and hasattr(pre, "default_prompts"):
+    if loaded.builtin_trained and loaded.tokenizer is not None and hasattr(pre, "default_prompts"):
         texts = pre.default_prompts()
         got = [encode(loaded.tokenizer, t if isinstance(t, str) else t.get("text", "")) for t in texts]
         got = [g for g in got if g]

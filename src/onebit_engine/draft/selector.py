@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..gemm import Linear
+from ..sampling import draw
 
 F32 = np.float32
 
@@ -108,9 +109,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def sample_index(p: np.ndarray, rng: np.random.Generator | None) -> int:
-    """One draw from the categorical ``p`` [n] by inverse CDF with one ``rng.random()`` (reproducible)."""
+    """One draw from the categorical ``p`` [n]: the engine's one inverse-CDF sampler (``sampling.draw``)."""
     if rng is None:
         raise ValueError("sampling at temperature > 0 needs rng=np.random.Generator; pass one (e.g. np.random.default_rng(seed))")
-    cdf = np.cumsum(p, dtype=np.float64)
-    j = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    return min(j, p.shape[0] - 1)
+    return draw(p, rng)

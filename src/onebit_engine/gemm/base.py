@@ -8,7 +8,7 @@ output depends only on that row, never on how many other rows shared the call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -51,7 +51,6 @@ class Linear:
     in_features: int
     out_features: int
     name: str = ""
-    calls: int = field(default=0, repr=False)
 
     @classmethod
     def fused(cls, weights: "list[np.ndarray]", backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
@@ -77,7 +76,6 @@ class Linear:
         m = x.shape[0]
         rs = self.row_set
         if m == rs:  # the common case (the model always passes exactly one row set)
-            self.calls += 1
             return self.backend.matmul(np.ascontiguousarray(x, dtype=np.float32), self.packed)
         out = np.empty((m, self.out_features), dtype=np.float32)
         for r0 in range(0, m, rs):
@@ -87,6 +85,5 @@ class Linear:
                 padded = np.zeros((rs, self.in_features), dtype=np.float32)
                 padded[:n] = chunk
                 chunk = padded
-            self.calls += 1
             out[r0 : r0 + n] = self.backend.matmul(np.ascontiguousarray(chunk, dtype=np.float32), self.packed)[:n]
         return out
