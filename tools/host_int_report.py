@@ -5,6 +5,7 @@ and a cProfile of the engine's decode step.
     python tools/host_int_report.py quality [--tokens 300] [--scale 1.0]
     python tools/host_int_report.py decode  [--tokens 64] [--threads 1]
     python tools/host_int_report.py profile [--tokens 32] [--format int8]
+    python tools/host_int_report.py floor   [--reps 60]    (compute floor of the int8 mix, 1 thread)
 
 Thread counts are arguments (this script is an edge; the library reads no environment). Timings are
 minimums over repeats because the machine is shared.
@@ -65,6 +66,41 @@ def kernel(args):
             gbs = p.data.nbytes / best[1] / 1e9
             print(f"| {fmt} | {th} | {best[1]*1e3:.2f} | {best[8]*1e3:.2f} | {best[16]*1e3:.2f} | "
                   f"{best[8]/best[1]:.2f} | {gbs:.1f} | {gbs * 1e9 / bw:.0%} |", flush=True)
+
+
+def floor(args):
+    """The int8 8-row/1-row ratio this CPU allows: tools/kernel_floor.c times the kernel's instruction mix
+    with activations held in L1 (a floor for 8 rows), next to the real kernel's 1-row and 8-row times."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    src = Path(__file__).with_name("kernel_floor.c")
+    with tempfile.TemporaryDirectory() as d:
+        exe = Path(d) / "kernel_floor"
+        subprocess.run([sys.executable, "-m", "ziglang", "cc", "-O2", "-mavx2", "-o", str(exe), str(src)], check=True)
+        probe = json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
+    rng = np.random.default_rng(0)
+    b = HostIntBackend(weight_format="int8", threads=1)
+    p = b.pack(rng.standard_normal((4096, 4096)).astype(np.float32))
+    xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8)}
+    best = {m: float("inf") for m in xs}
+    for _ in range(args.reps):
+        for m, x in xs.items():
+            best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
+    one, eight = best[1] * 1e3, best[8] * 1e3
+    print(f"multiply uops: vpmaddwd {probe['vpmaddwd_per_ns']:.2f}/ns, vpmaddubsw {probe['vpmaddubsw_per_ns']:.2f}/ns")
+    print()
+    print("| int8, 4096 x 4096, 1 thread | ms | / real 1-row |")
+    print("|---|---|---|")
+    print(f"| real kernel, 1 row | {one:.2f} | 1.00 |")
+    print(f"| real kernel, 8 rows | {eight:.2f} | {eight / one:.2f} |")
+    for key, what in (("sign_mix_8rows_ms", "kernel's mix (sign trick), 8 rows, activations in L1"),
+                      ("i16_mix_8rows_ms", "int16 vpmaddwd mix, 8 rows, activations in L1"),
+                      ("multiply_bound_8rows_ms", "8 rows at the multiply-uop peak (2 per 32 MACs)")):
+        print(f"| {what} | {probe[key]:.2f} | {probe[key] / one:.2f} |")
 
 
 def _target(cfg, backend, scale, seed=0):
@@ -152,7 +188,7 @@ def profile(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["kernel", "quality", "decode", "profile"])
+    ap.add_argument("what", choices=["kernel", "quality", "decode", "profile", "floor"])
     ap.add_argument("--threads", default="1")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=None)
@@ -162,7 +198,7 @@ def main():
     if args.what in ("decode", "profile"):
         args.threads = int(args.threads)
     args.tokens = args.tokens or {"quality": 300, "decode": 64, "profile": 32}.get(args.what, 0)
-    {"kernel": kernel, "quality": quality, "decode": decode, "profile": profile}[args.what](args)
+    {"kernel": kernel, "quality": quality, "decode": decode, "profile": profile, "floor": floor}[args.what](args)
 
 
 if __name__ == "__main__":

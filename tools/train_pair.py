@@ -181,6 +181,10 @@ def code_prompts(code_held: list[tuple[str, str]], n: int) -> list[dict]:
                     continue
                 start = node.lineno - 1 - len(node.decorator_list)
                 seg = "".join(lines[start: doc.end_lineno])
+                # end right after the closing quotes: a prompt ending in a bare "\n" token would sit on a
+                # token boundary the tokenizer never produces before indented code (it merges "\n" with
+                # the indentation), and the model would continue at column 0
+                seg = seg.rstrip("\n")
                 if 80 <= len(seg) <= 600:
                     cands.append((node.lineno, seg))
         if cands:
@@ -201,7 +205,7 @@ def prose_prompts(prose_held: list[tuple[str, str]], n: int) -> list[dict]:
         paras = [p.strip() for p in text.split("\n\n") if len(p.strip()) >= 120 and "***" not in p]
         for j, p in enumerate(paras[:6]):
             if len(p) <= 500:
-                out.append({"kind": "prose", "source": f"{name}#p{j}", "text": p + "\n"})
+                out.append({"kind": "prose", "source": f"{name}#p{j}", "text": p})  # no trailing "\n" (see code_prompts)
     if len(out) > n:
         idx = np.linspace(0, len(out) - 1, n).round().astype(int)
         out = [out[i] for i in idx]
@@ -272,6 +276,70 @@ def train_target(stream: np.ndarray, args, log, prose_stream: np.ndarray | None 
                 f"lr {opt.param_groups[0]['lr']:.2e} {time.time() - t0:.0f}s")
     model.eval()
     return model, losses, time.time() - t0, n_params
+
+
+def repeated_ngram_mask(seq: np.ndarray, start: int, n: int = 4) -> np.ndarray:
+    """mask[t] = True for every token t >= start that belongs to an n-gram already seen earlier in seq
+    (the candidates of sequence-level unlikelihood, Welleck et al. 2019)."""
+    mask = np.zeros(len(seq), dtype=bool)
+    seen: set[tuple] = set()
+    for i in range(len(seq) - n + 1):
+        g = tuple(int(v) for v in seq[i: i + n])
+        if g in seen and i + n > start:
+            mask[max(i, start): i + n] = True
+        seen.add(g)
+    return mask
+
+
+def unlikelihood_finetune(model, stream: np.ndarray, args, log, prose_stream: np.ndarray | None = None) -> dict:
+    """Sequence-level unlikelihood fine-tuning (Welleck et al. 2019, "Neural text generation with
+    unlikelihood training"): greedy-continue short training windows, then lower the probability of every
+    token that lies in a repeated 4-gram (-log(1 - p)), together with an ordinary next-token CE step on
+    fresh windows so the language model is kept. This is what keeps greedy output of a tiny model varied."""
+    import torch
+
+    rng = np.random.default_rng(SEED + 5)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.ul_lr, betas=(0.9, 0.95), weight_decay=0.0)
+    P, L, B, T = args.ul_prompt_len, args.ul_gen_len, args.ul_batch, args.seq_len
+    ul_curve, ce_curve, rep_curve = [], [], []
+    t0 = time.time()
+
+    def windows(n: int, length: int):
+        src = [prose_stream if (prose_stream is not None and u < args.prose_share) else stream for u in rng.random(n)]
+        return np.stack([s_[o: o + length] for s_, o in ((s_, rng.integers(0, len(s_) - length)) for s_ in src)])
+
+    for step in range(args.ul_steps):
+        prompts = windows(B, P)
+        model.eval()
+        cont = np.asarray(greedy_batch(model, prompts.tolist(), L), dtype=np.int64)
+        seq = np.concatenate([prompts.astype(np.int64), cont], axis=1)  # [B, P + L]
+        mask = np.stack([repeated_ngram_mask(s_, P) for s_ in seq])[:, 1:]  # targets 1..P+L-1
+        model.train()
+        x = torch.from_numpy(seq)
+        logits = model(input_ids=x[:, :-1]).logits.float()
+        p_tok = torch.softmax(logits, -1).gather(-1, x[:, 1:, None])[..., 0]
+        m = torch.from_numpy(mask)
+        ul = -(torch.log(torch.clamp(1.0 - p_tok, min=1e-5)) * m).sum() / max(1, int(m.sum()))
+        d = torch.from_numpy(windows(args.target_batch, T + 1).astype(np.int64))
+        dl = model(input_ids=d[:, :-1]).logits
+        ce = torch.nn.functional.cross_entropy(dl.reshape(-1, dl.shape[-1]), d[:, 1:].reshape(-1))
+        (ce + args.ul_weight * ul).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ul_curve.append(float(ul.detach()))
+        ce_curve.append(float(ce.detach()))
+        rep_curve.append(float(mask[:, P - 1:].mean()))
+        if step % 25 == 0 or step == args.ul_steps - 1:
+            log(f"unlikelihood step {step:4d}/{args.ul_steps} repeated share {np.mean(rep_curve[-25:]):.3f} "
+                f"UL {np.mean(ul_curve[-25:]):.3f} CE {np.mean(ce_curve[-25:]):.3f} {time.time() - t0:.0f}s")
+    model.eval()
+
+    def every25(v):
+        return [float(np.mean(v[i: i + 25])) for i in range(0, len(v), 25)]
+
+    return {"seconds": time.time() - t0, "ul_curve": every25(ul_curve), "ce_curve": every25(ce_curve),
+            "repeated_share_curve": every25(rep_curve)}
 
 
 def round_to_f16_(model) -> None:
@@ -749,21 +817,28 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: on a shared 2-core machine 2 OpenMP threads ran 3x slower)")
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--target-steps", type=int, default=300)
+    ap.add_argument("--target-steps", type=int, default=1200)
     ap.add_argument("--target-batch", type=int, default=8)
     ap.add_argument("--target-lr", type=float, default=4e-3)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--prose-share", type=float, default=0.0,
+    ap.add_argument("--warmup", type=int, default=40)
+    ap.add_argument("--prose-share", type=float, default=0.12,
                     help="probability that a target training window is drawn from the prose-only stream "
                          "(0: uniform windows of the mixed stream, where prose is ~7%%)")
     ap.add_argument("--tokenizer", type=Path, default=BUILTIN / "tokenizer.json",
                     help="reuse this tokenizer (default: the shipped one; the default prompts and tests depend "
                          "on its ids); retrained only with --retrain-tokenizer or when the file is missing")
     ap.add_argument("--retrain-tokenizer", action="store_true")
+    ap.add_argument("--ul-steps", type=int, default=150,
+                    help="sequence-level unlikelihood fine-tuning steps after the target's CE training (0: off)")
+    ap.add_argument("--ul-lr", type=float, default=3e-4)
+    ap.add_argument("--ul-batch", type=int, default=8)
+    ap.add_argument("--ul-prompt-len", type=int, default=32)
+    ap.add_argument("--ul-gen-len", type=int, default=64)
+    ap.add_argument("--ul-weight", type=float, default=1.0)
     ap.add_argument("--draft-seqs", type=int, default=512)
     ap.add_argument("--prompt-len", type=int, default=48)
     ap.add_argument("--gen-len", type=int, default=128)
-    ap.add_argument("--draft-steps", type=int, default=400)
+    ap.add_argument("--draft-steps", type=int, default=1200)
     ap.add_argument("--draft-batch", type=int, default=16)
     ap.add_argument("--blocks-per-seq", type=int, default=8)
     ap.add_argument("--draft-lr", type=float, default=2e-3)
@@ -777,6 +852,7 @@ def main(argv=None) -> int:
         args.out = Path("/tmp/onebit-train-quick/builtin")
         args.prompts_out = Path("/tmp/onebit-train-quick/default.json")
         args.target_steps, args.draft_steps, args.draft_seqs = 20, 20, 64
+        args.ul_steps = min(args.ul_steps, 5)
         args.eval_code, args.eval_prose = 4, 2
 
     import torch
@@ -854,11 +930,12 @@ def main(argv=None) -> int:
         log("target: reusing the saved target (--reuse-target)")
     else:
         model, t_losses, t_time, t_params = train_target(stream, args, log, prose_stream)
+        ul_stats = unlikelihood_finetune(model, stream, args, log, prose_stream) if args.ul_steps > 0 else None
         round_to_f16_(model)
         save_target(model, tdir)
         t_losses = [float(np.mean(t_losses[i: i + 25])) for i in range(0, len(t_losses), 25)]
         stats_file.write_text(json.dumps({"loss_curve": t_losses, "seconds": t_time, "parameters": t_params,
-                                          "steps": args.target_steps}) + "\n")
+                                          "steps": args.target_steps, "unlikelihood": ul_stats}) + "\n")
     target = load_target_torch(tdir)
     times["target_s"] = time.time() - t
     ev = {"code": heldout_loss(target, held_code, args.seq_len, 64 if not args.quick else 4),

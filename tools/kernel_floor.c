@@ -1,0 +1,116 @@
+/* Compute floor of the host-int int8 kernel's instruction mix on this CPU (docs/host-int.md).
+ *
+ *   python tools/host_int_report.py floor     (builds this file with python -m ziglang cc -O2 -mavx2)
+ *
+ * Prints JSON: the multiply-uop throughput of the CPU (independent vpmaddwd / vpmaddubsw chains) and the
+ * time of an 8-row int8 product over a 4096 x 4096 weight matrix whose activations never leave L1
+ * (two chunks reused), for the native kernel's sign-trick mix and for an int16 vpmaddwd mix. The
+ * weights stream from memory as in the real call, so the result is the least an 8-row call can cost
+ * with that mix; the real kernel also reads 8 x 4 KiB of activations per channel. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define N 4096
+#define K 4096
+#define REPS 30
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int32_t hsum(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* the native kernel's int8 mix: |w| and sign(x, w) into vpmaddubsw, vpmaddwd with ones, vpaddd */
+static void sign_mix(const int8_t *w, const int8_t *x, int32_t *o) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int n = 0; n < N; n++) {
+        const int8_t *wr = w + (size_t)n * K;
+        __m256i acc[8];
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_si256();
+        for (int c = 0; c < K / 32; c++) {
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(wr + 32 * c)), aw = _mm256_abs_epi8(wv);
+            for (int r = 0; r < 8; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x + 64 * r + 32 * (c & 1)));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones));
+            }
+        }
+        for (int r = 0; r < 8; r++) o[n * 8 + r] = hsum(acc[r]);
+    }
+}
+
+/* the int16 alternative: weights widened once per 16 codes, vpmaddwd with int16 activations, vpaddd */
+static void i16_mix(const int8_t *w, const int16_t *x, int32_t *o) {
+    for (int n = 0; n < N; n++) {
+        const int8_t *wr = w + (size_t)n * K;
+        __m256i acc[8];
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_si256();
+        for (int c = 0; c < K / 16; c++) {
+            __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wr + 16 * c)));
+            for (int r = 0; r < 8; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x + 32 * r + 16 * (c & 1)));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(wv, xv));
+            }
+        }
+        for (int r = 0; r < 8; r++) o[n * 8 + r] = hsum(acc[r]);
+    }
+}
+
+/* multiply uops per ns: 8 independent chains (latency 3-4, so 8 chains cover 2 pipes) */
+#define CHAINS(OP)                                                                                        \
+    do {                                                                                                  \
+        __m256i a0 = _mm256_set1_epi16(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0; \
+        const __m256i b = _mm256_set1_epi16(3);                                                           \
+        double t = now();                                                                                 \
+        for (long i = 0; i < 50000000; i++) {                                                             \
+            a0 = OP(a0, b); a1 = OP(a1, b); a2 = OP(a2, b); a3 = OP(a3, b);                               \
+            a4 = OP(a4, b); a5 = OP(a5, b); a6 = OP(a6, b); a7 = OP(a7, b);                               \
+            __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7)); \
+        }                                                                                                 \
+        rate = 8 * 50000000.0 / (now() - t) / 1e9;                                                         \
+        sink += _mm256_extract_epi32(a0, 0) + _mm256_extract_epi32(a7, 0);                                \
+    } while (0)
+
+int main(void) {
+    int8_t *w = aligned_alloc(64, (size_t)N * K), *x = aligned_alloc(64, 8 * 64);
+    int16_t *x16 = aligned_alloc(64, 2 * 8 * 32);
+    int32_t *o = aligned_alloc(64, sizeof(int32_t) * N * 8);
+    if (!w || !x || !x16 || !o) return 1;
+    srand(1);
+    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (int8_t)(rand() % 255 - 127);
+    for (int i = 0; i < 8 * 64; i++) x[i] = (int8_t)(rand() % 255 - 127);
+    for (int i = 0; i < 8 * 32; i++) x16[i] = (int16_t)(rand() % 255 - 127);
+    double rate, madd_rate, maddubs_rate, best_sign = 1e9, best_i16 = 1e9;
+    long sink = 0;
+    CHAINS(_mm256_madd_epi16);
+    madd_rate = rate;
+    CHAINS(_mm256_maddubs_epi16);
+    maddubs_rate = rate;
+    for (int rep = 0; rep < REPS; rep++) { /* interleaved: a busy spell hits both alike */
+        double t = now();
+        sign_mix(w, x, o);
+        t = now() - t;
+        best_sign = t < best_sign ? t : best_sign;
+        sink += o[rep];
+        t = now();
+        i16_mix(w, x16, o);
+        t = now() - t;
+        best_i16 = t < best_i16 ? t : best_i16;
+        sink += o[rep];
+    }
+    /* 8 rows x N x K MACs; the sign mix needs 2 multiply uops per 32 MACs, the int16 mix 2 per 32 too */
+    double mul_uops = 8.0 * N * K / 32 * 2;
+    printf("{\"vpmaddwd_per_ns\": %.3f, \"vpmaddubsw_per_ns\": %.3f, \"sign_mix_8rows_ms\": %.3f, "
+           "\"i16_mix_8rows_ms\": %.3f, \"multiply_bound_8rows_ms\": %.3f, \"sink\": %ld}\n",
+           madd_rate, maddubs_rate, best_sign * 1e3, best_i16 * 1e3, mul_uops / madd_rate / 1e6, sink & 1);
+    return 0;
+}
