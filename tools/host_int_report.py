@@ -3,6 +3,7 @@ and a cProfile of the engine's decode step.
 
     python tools/host_int_report.py kernel  [--threads 1,2] [--reps 60]
     python tools/host_int_report.py quality [--tokens 300] [--scale 1.0]
+    python tools/host_int_report.py quality-trained [--tokens 300]   (the built-in trained target)
     python tools/host_int_report.py decode  [--tokens 64] [--threads 1]
     python tools/host_int_report.py profile [--tokens 32] [--format int8]
     python tools/host_int_report.py floor   [--reps 60]    (compute floor of the int8 mix, 1 thread)
@@ -130,6 +131,39 @@ def quality(args):
                   flush=True)
 
 
+def quality_trained(args):
+    """The same columns on the built-in *trained* target (docs/trained-pair.md): float16 weights in float32
+    as the reference, each format quantized from them, on the pair's held-out default prompts."""
+    from onebit_engine.pretrained import builtin_paths, default_prompts, load_tokenizer
+    from onebit_engine.target import load_target
+
+    folder, tok = builtin_paths()[0], load_tokenizer()
+    ref = load_target(folder, row_set=1)
+    quant = {fmt: load_target(folder, backend=HostIntBackend(weight_format=fmt), row_set=1) for fmt in FORMATS}
+    print(f"| prompt set | format | rel. RMS logit error | max abs logit error | top-1 agreement (teacher-forced) | "
+          f"greedy tokens identical before first divergence (mean over prompts, of {args.tokens}) | greedy agreement |")
+    print("|---|---|---|---|---|---|---|")
+    for kind in ("code", "prose"):
+        rows = {fmt: [] for fmt in FORMATS}
+        for p in default_prompts(kind):
+            prompt = tok.encode(p["text"])
+            gref = generate(ref, prompt, max_new_tokens=args.tokens, stop_tokens=[]).tokens
+            seq = prompt + gref
+            lref = ref.forward(seq, ref.new_state()).logits[len(prompt) - 1:]
+            for fmt, t in quant.items():
+                lq = t.forward(seq, t.new_state()).logits[len(prompt) - 1:]
+                g = generate(t, prompt, max_new_tokens=args.tokens, stop_tokens=[]).tokens
+                same = np.asarray(g) == np.asarray(gref)
+                rows[fmt].append((np.sum((lq - lref) ** 2), np.sum(lref**2), lq.size, np.abs(lq - lref).max(),
+                                  np.mean(lq.argmax(1) == lref.argmax(1)),
+                                  int(np.argmin(same)) if not same.all() else len(g), same.mean()))
+        for fmt, r in rows.items():
+            a_ = np.asarray(r, dtype=np.float64)
+            rel = float(np.sqrt(a_[:, 0].sum() / a_[:, 1].sum()))
+            print(f"| {kind} ({len(r)} default prompts) | {fmt} | {rel:.4f} | {a_[:, 3].max():.3f} | {a_[:, 4].mean():.3f} | "
+                  f"{a_[:, 5].mean():.1f} | {a_[:, 6].mean():.3f} |", flush=True)
+
+
 def _hf_model(cfg, threads):
     import torch
     from transformers import AutoConfig, Qwen3_5ForCausalLM
@@ -188,7 +222,7 @@ def profile(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["kernel", "quality", "decode", "profile", "floor"])
+    ap.add_argument("what", choices=["kernel", "quality", "quality-trained", "decode", "profile", "floor"])
     ap.add_argument("--threads", default="1")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=None)
@@ -197,8 +231,8 @@ def main():
     args = ap.parse_args()
     if args.what in ("decode", "profile"):
         args.threads = int(args.threads)
-    args.tokens = args.tokens or {"quality": 300, "decode": 64, "profile": 32}.get(args.what, 0)
-    {"kernel": kernel, "quality": quality, "decode": decode, "profile": profile, "floor": floor}[args.what](args)
+    args.tokens = args.tokens or {"quality": 300, "quality-trained": 300, "decode": 64, "profile": 32}.get(args.what, 0)
+    {"kernel": kernel, "quality": quality, "quality-trained": quality_trained, "decode": decode, "profile": profile, "floor": floor}[args.what](args)
 
 
 if __name__ == "__main__":
