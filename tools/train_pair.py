@@ -814,8 +814,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=BUILTIN, help="output folder (default: the package's data/builtin)")
     ap.add_argument("--prompts-out", type=Path, default=PROMPTS_JSON)
     ap.add_argument("--quick", action="store_true", help="smoke run: few steps, into /tmp/onebit-train-quick")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (1: on a shared 2-core machine 2 OpenMP threads ran 3x slower)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch threads; the shipped pair used 2 (bits depend on it). On a busy 2-core machine "
+                         "2 OpenMP threads can run 3x slower than 1")
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--target-steps", type=int, default=1200)
     ap.add_argument("--target-batch", type=int, default=8)
@@ -835,10 +836,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ul-prompt-len", type=int, default=32)
     ap.add_argument("--ul-gen-len", type=int, default=64)
     ap.add_argument("--ul-weight", type=float, default=1.0)
-    ap.add_argument("--draft-seqs", type=int, default=512)
+    ap.add_argument("--draft-seqs", type=int, default=1536)
     ap.add_argument("--prompt-len", type=int, default=48)
     ap.add_argument("--gen-len", type=int, default=128)
-    ap.add_argument("--draft-steps", type=int, default=1200)
+    ap.add_argument("--draft-steps", type=int, default=2400)
     ap.add_argument("--draft-batch", type=int, default=16)
     ap.add_argument("--blocks-per-seq", type=int, default=8)
     ap.add_argument("--draft-lr", type=float, default=2e-3)
