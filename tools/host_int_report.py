@@ -22,7 +22,7 @@ import numpy as np
 
 from onebit_engine.gemm.host_int import HostIntBackend
 from onebit_engine.generate import generate
-from onebit_engine.quant import FORMATS, quantize_weight
+from onebit_engine.quant import FORMATS
 from onebit_engine.synthetic import hf_config_dict, random_weights, tiny_config
 from onebit_engine.target import Target
 
@@ -108,26 +108,45 @@ def _target(cfg, backend, scale, seed=0):
     return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=1)
 
 
+class _Greedy:
+    """The reference's greedy continuation of one prompt and its teacher-forced logits."""
+
+    def __init__(self, ref, prompt, tokens):
+        self.prompt, self.tokens = list(prompt), generate(ref, prompt, max_new_tokens=tokens, stop_tokens=[]).tokens
+        self.logits = self._logits(ref)
+
+    def _logits(self, t):
+        seq = self.prompt + self.tokens
+        return t.forward(seq, t.new_state()).logits[len(self.prompt) - 1:]
+
+    def compare(self, t) -> tuple:
+        """(sum sq logit error, sum sq reference logit, max abs error, top-1 agreement, greedy tokens before the
+        first divergence, greedy agreement) of target t against the reference."""
+        lq = self._logits(t)
+        g = generate(t, self.prompt, max_new_tokens=len(self.tokens), stop_tokens=[]).tokens
+        same = np.asarray(g) == np.asarray(self.tokens)
+        return (float(np.sum((lq - self.logits) ** 2)), float(np.sum(self.logits**2)),
+                float(np.abs(lq - self.logits).max()), float(np.mean(lq.argmax(1) == self.logits.argmax(1))),
+                int(np.argmin(same)) if not same.all() else len(g), float(same.mean()))
+
+
+def _quality_row(label, fmt, results) -> str:
+    """One table row from the compare() tuples of one or more prompts (errors pooled, agreements averaged)."""
+    a = np.asarray(results, dtype=np.float64)
+    rel = np.sqrt(a[:, 0].sum() / a[:, 1].sum())
+    return (f"| {label} | {fmt} | {rel:.4f} | {a[:, 2].max():.3f} | {a[:, 3].mean():.3f} | {a[:, 4].mean():.1f} | "
+            f"{a[:, 5].mean():.3f} |")
+
+
 def quality(args):
     configs = {"tiny": tiny_config(), "medium": medium_config()}
     print(f"| config | format | rel. RMS logit error | max abs logit error | top-1 agreement (teacher-forced) | "
           f"greedy tokens identical before first divergence (of {args.tokens}) | greedy agreement |")
     for cname, cfg in configs.items():
         ref = _target(cfg, "reference", args.scale)
-        prompt = list(np.random.default_rng(1).integers(0, cfg.vocab_size, 8))
-        gref = generate(ref, prompt, max_new_tokens=args.tokens).tokens
-        seq = prompt + gref
-        lref = ref.forward(seq, ref.new_state()).logits[len(prompt) - 1:]
+        case = _Greedy(ref, np.random.default_rng(1).integers(0, cfg.vocab_size, 8).tolist(), args.tokens)
         for fmt in FORMATS:
-            t = _target(cfg, HostIntBackend(weight_format=fmt), args.scale)
-            lq = t.forward(seq, t.new_state()).logits[len(prompt) - 1:]
-            err = lq - lref
-            rel = float(np.sqrt(np.mean(err**2) / np.mean(lref**2)))
-            top1 = float(np.mean(lq.argmax(1) == lref.argmax(1)))
-            g = generate(t, prompt, max_new_tokens=args.tokens).tokens
-            same = np.asarray(g) == np.asarray(gref)
-            first = int(np.argmin(same)) if not same.all() else len(g)
-            print(f"| {cname} | {fmt} | {rel:.4f} | {np.abs(err).max():.3f} | {top1:.3f} | {first} | {same.mean():.3f} |",
+            print(_quality_row(cname, fmt, [case.compare(_target(cfg, HostIntBackend(weight_format=fmt), args.scale))]),
                   flush=True)
 
 
@@ -144,24 +163,9 @@ def quality_trained(args):
           f"greedy tokens identical before first divergence (mean over prompts, of {args.tokens}) | greedy agreement |")
     print("|---|---|---|---|---|---|---|")
     for kind in ("code", "prose"):
-        rows = {fmt: [] for fmt in FORMATS}
-        for p in default_prompts(kind):
-            prompt = tok.encode(p["text"])
-            gref = generate(ref, prompt, max_new_tokens=args.tokens, stop_tokens=[]).tokens
-            seq = prompt + gref
-            lref = ref.forward(seq, ref.new_state()).logits[len(prompt) - 1:]
-            for fmt, t in quant.items():
-                lq = t.forward(seq, t.new_state()).logits[len(prompt) - 1:]
-                g = generate(t, prompt, max_new_tokens=args.tokens, stop_tokens=[]).tokens
-                same = np.asarray(g) == np.asarray(gref)
-                rows[fmt].append((np.sum((lq - lref) ** 2), np.sum(lref**2), lq.size, np.abs(lq - lref).max(),
-                                  np.mean(lq.argmax(1) == lref.argmax(1)),
-                                  int(np.argmin(same)) if not same.all() else len(g), same.mean()))
-        for fmt, r in rows.items():
-            a_ = np.asarray(r, dtype=np.float64)
-            rel = float(np.sqrt(a_[:, 0].sum() / a_[:, 1].sum()))
-            print(f"| {kind} ({len(r)} default prompts) | {fmt} | {rel:.4f} | {a_[:, 3].max():.3f} | {a_[:, 4].mean():.3f} | "
-                  f"{a_[:, 5].mean():.1f} | {a_[:, 6].mean():.3f} |", flush=True)
+        cases = [_Greedy(ref, tok.encode(p["text"]), args.tokens) for p in default_prompts(kind)]
+        for fmt, t in quant.items():
+            print(_quality_row(f"{kind} ({len(cases)} default prompts)", fmt, [c.compare(t) for c in cases]), flush=True)
 
 
 def _hf_model(cfg, threads):

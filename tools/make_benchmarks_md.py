@@ -79,7 +79,6 @@ class Provenances:
 
 
 def render(data: dict, command: str, plot_name: str) -> tuple[str, list]:
-    from onebit_engine.probe import expected_tokens
 
     P = Provenances()
     by = defaultdict(list)

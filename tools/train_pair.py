@@ -235,6 +235,19 @@ def lr_at(step: int, steps: int, peak: float, warmup: int, floor: float = 0.1) -
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def draw_windows(rng, stream: np.ndarray, prose_stream: np.ndarray | None, prose_share: float, n: int,
+                 length: int) -> np.ndarray:
+    """n random windows [n, length] of the training stream; each comes from the prose-only stream with
+    probability prose_share (prose is ~7% of the mixed stream)."""
+    src = [prose_stream if (prose_stream is not None and u < prose_share) else stream for u in rng.random(n)]
+    return np.stack([s_[o: o + length] for s_, o in ((s_, rng.integers(0, len(s_) - length)) for s_ in src)])
+
+
+def every25(values) -> list[float]:
+    """A curve for TRAINING.json: the mean of every 25 steps."""
+    return [float(np.mean(values[i: i + 25])) for i in range(0, len(values), 25)]
+
+
 def train_target(stream: np.ndarray, args, log, prose_stream: np.ndarray | None = None) -> tuple:
     import torch
     from transformers import Qwen3_5ForCausalLM
@@ -255,15 +268,7 @@ def train_target(stream: np.ndarray, args, log, prose_stream: np.ndarray | None 
     for step in range(args.target_steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.target_steps, args.target_lr, args.warmup)
-        if prose_stream is not None and args.prose_share > 0:
-            # each window comes from the prose-only stream with probability prose_share (prose is ~7% of
-            # the mixed stream)
-            src = [prose_stream if u < args.prose_share else stream for u in rng.random(B)]
-            x = torch.from_numpy(np.stack([s_[o: o + T + 1] for s_, o in
-                                           ((s_, rng.integers(0, len(s_) - T - 1)) for s_ in src)]).astype(np.int64))
-        else:  # uniform windows of the mixed stream (the shipped recipe; same draws as before the option existed)
-            starts = rng.integers(0, len(stream) - T - 1, size=B)
-            x = torch.from_numpy(np.stack([stream[s: s + T + 1] for s in starts]).astype(np.int64))
+        x = torch.from_numpy(draw_windows(rng, stream, prose_stream, args.prose_share, B, T + 1).astype(np.int64))
         logits = model(input_ids=x[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         loss.backward()
@@ -304,12 +309,8 @@ def unlikelihood_finetune(model, stream: np.ndarray, args, log, prose_stream: np
     ul_curve, ce_curve, rep_curve = [], [], []
     t0 = time.time()
 
-    def windows(n: int, length: int):
-        src = [prose_stream if (prose_stream is not None and u < args.prose_share) else stream for u in rng.random(n)]
-        return np.stack([s_[o: o + length] for s_, o in ((s_, rng.integers(0, len(s_) - length)) for s_ in src)])
-
     for step in range(args.ul_steps):
-        prompts = windows(B, P)
+        prompts = draw_windows(rng, stream, prose_stream, args.prose_share, B, P)
         model.eval()
         cont = np.asarray(greedy_batch(model, prompts.tolist(), L), dtype=np.int64)
         seq = np.concatenate([prompts.astype(np.int64), cont], axis=1)  # [B, P + L]
@@ -320,7 +321,8 @@ def unlikelihood_finetune(model, stream: np.ndarray, args, log, prose_stream: np
         p_tok = torch.softmax(logits, -1).gather(-1, x[:, 1:, None])[..., 0]
         m = torch.from_numpy(mask)
         ul = -(torch.log(torch.clamp(1.0 - p_tok, min=1e-5)) * m).sum() / max(1, int(m.sum()))
-        d = torch.from_numpy(windows(args.target_batch, T + 1).astype(np.int64))
+        d = torch.from_numpy(draw_windows(rng, stream, prose_stream, args.prose_share, args.target_batch,
+                                          T + 1).astype(np.int64))
         dl = model(input_ids=d[:, :-1]).logits
         ce = torch.nn.functional.cross_entropy(dl.reshape(-1, dl.shape[-1]), d[:, 1:].reshape(-1))
         (ce + args.ul_weight * ul).backward()
@@ -334,10 +336,6 @@ def unlikelihood_finetune(model, stream: np.ndarray, args, log, prose_stream: np
             log(f"unlikelihood step {step:4d}/{args.ul_steps} repeated share {np.mean(rep_curve[-25:]):.3f} "
                 f"UL {np.mean(ul_curve[-25:]):.3f} CE {np.mean(ce_curve[-25:]):.3f} {time.time() - t0:.0f}s")
     model.eval()
-
-    def every25(v):
-        return [float(np.mean(v[i: i + 25])) for i in range(0, len(v), 25)]
-
     return {"seconds": time.time() - t0, "ul_curve": every25(ul_curve), "ce_curve": every25(ce_curve),
             "repeated_share_curve": every25(rep_curve)}
 
@@ -934,7 +932,7 @@ def main(argv=None) -> int:
         ul_stats = unlikelihood_finetune(model, stream, args, log, prose_stream) if args.ul_steps > 0 else None
         round_to_f16_(model)
         save_target(model, tdir)
-        t_losses = [float(np.mean(t_losses[i: i + 25])) for i in range(0, len(t_losses), 25)]
+        t_losses = every25(t_losses)
         stats_file.write_text(json.dumps({"loss_curve": t_losses, "seconds": t_time, "parameters": t_params,
                                           "steps": args.target_steps, "unlikelihood": ul_stats}) + "\n")
     target = load_target_torch(tdir)
@@ -1017,8 +1015,8 @@ def main(argv=None) -> int:
         "target": {"parameters": t_params, "train_seconds": t_time, "train_loss_curve": t_losses,
                    "final_train_loss": t_losses[-1], "heldout": ev, "file_bytes": size(tdir)},
         "draft": {"parameters": d_params, "train_seconds": d_time,
-                  "block_ce_curve": [float(np.mean(d_losses[i: i + 25])) for i in range(0, len(d_losses), 25)],
-                  "selector_ce_curve": [float(np.mean(s_losses[i: i + 25])) for i in range(0, len(s_losses), 25)],
+                  "block_ce_curve": every25(d_losses),
+                  "selector_ce_curve": every25(s_losses),
                   "train_continuation_distinct4": d4_train, "file_bytes": size(out / "draft")},
         "eval": {"greedy_new_tokens": 128, "teacher_forced_acceptance": acc,
                  "sample_greedy_text": sample,

@@ -5,7 +5,7 @@ read) and ``qwen3_next`` (dense MLP only; MoE layers are refused, never mis-run)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, asdict
 from typing import Any
 
 from .errors import ConfigError

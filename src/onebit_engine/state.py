@@ -8,7 +8,7 @@ per-row inputs, and on the ``checkpoint`` path the state after every row).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -112,7 +112,6 @@ def _regroup(w: dict[str, np.ndarray], cfg: TargetConfig) -> None:
     """Qwen3-Next: per key head g the rows are [q_g | k_g | v_g (r heads) | z_g (r heads)], [b_g | a_g]."""
     HK, dk, dv = cfg.linear_num_key_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
     r = cfg.linear_num_value_heads // HK
-    D = cfg.hidden_size
     for i, kind in enumerate(cfg.layer_types):
         if kind != "linear_attention":
             continue

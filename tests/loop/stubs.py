@@ -2,7 +2,7 @@
 whose exact output distribution is known (for the sampling tests)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np

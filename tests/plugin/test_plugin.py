@@ -2,7 +2,6 @@
 device skip and the device-required error, the header, per-test seeds, xdist."""
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import numpy  # noqa: F401  imported before pytester's sys.modules snapshot, so in-process runs can use it

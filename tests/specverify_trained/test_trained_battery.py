@@ -6,15 +6,18 @@ def test_greedy_identity_on_default_prompts(check_greedy_identity, specverify_pr
     print(f"acceptance {report.metrics['acceptance_rate']:.2f}, tokens/round {report.metrics['tokens_per_round']:.2f}")
 
 
-def test_the_trained_draft_gets_tokens_accepted(check_greedy_identity, specverify_port):
+def test_the_trained_draft_gets_tokens_accepted(specverify_port):
     """Over the plugin's shipped prompts (code and prose, not all Python): real acceptance, not a loop's.
-    A single short prose prompt may accept nothing, so the claim is about the set."""
+    A single short prose prompt may accept nearly nothing, so the claim is about the set. (Identity with
+    plain decoding is the test above; this one only reads the speculative runs' acceptance.)"""
     from pytest_specverify.prompts import shipped
 
-    per_prompt = {p.id: check_greedy_identity(p.tokens(specverify_port), k=7, max_new_tokens=48).metrics["tokens_per_round"]
+    draft = specverify_port.make_draft()
+    per_prompt = {p.id: specverify_port.speculative_generate(p.tokens(specverify_port), draft, max_new_tokens=48,
+                                                             k=7).tokens_per_round
                   for p in shipped()}
     print(per_prompt)
-    assert sum(per_prompt.values()) / len(per_prompt) > 1.3, per_prompt
+    assert sum(per_prompt.values()) / len(per_prompt) > 1.3, per_prompt  # a draft that never matches: 1.0
     assert max(per_prompt.values()) > 2.0, per_prompt
 
 
