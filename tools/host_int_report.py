@@ -92,13 +92,17 @@ def floor(args):
         for m, x in xs.items():
             best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
     one, eight = best[1] * 1e3, best[8] * 1e3
-    print(f"multiply uops: vpmaddwd {probe['vpmaddwd_per_ns']:.2f}/ns, vpmaddubsw {probe['vpmaddubsw_per_ns']:.2f}/ns")
+    print(f"multiply uops: vpmaddwd {probe['vpmaddwd_per_ns']:.2f}/ns, vpmaddubsw {probe['vpmaddubsw_per_ns']:.2f}/ns; "
+          f"vpmaddwd + vpsignb on independent chains {probe['vpmaddwd_with_vpsignb_per_ns']:.2f} uops/ns in all "
+          f"(no more than vpmaddwd alone: vpsignb runs on the multiply pipes), "
+          f"vpmaddwd + vpxor {probe['vpmaddwd_with_vpxor_per_ns']:.2f}/ns")
     print()
     print("| int8, 4096 x 4096, 1 thread | ms | / real 1-row |")
     print("|---|---|---|")
     print(f"| real kernel, 1 row | {one:.2f} | 1.00 |")
     print(f"| real kernel, 8 rows | {eight:.2f} | {eight / one:.2f} |")
-    for key, what in (("sign_mix_8rows_ms", "kernel's mix (sign trick), 8 rows, activations in L1"),
+    for key, what in (("sign_mix_8rows_ms", "sign-trick mix (the kernel's, 1-2 rows), 8 rows, activations in L1"),
+                      ("xor_mix_8rows_ms", "xor mix (the kernel's, 3+ rows), 8 rows, activations in L1"),
                       ("i16_mix_8rows_ms", "int16 vpmaddwd mix, 8 rows, activations in L1"),
                       ("multiply_bound_8rows_ms", "8 rows at the multiply-uop peak (2 per 32 MACs)")):
         print(f"| {what} | {probe[key]:.2f} | {probe[key] / one:.2f} |")

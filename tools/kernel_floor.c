@@ -4,7 +4,9 @@
  *
  * Prints JSON: the multiply-uop throughput of the CPU (independent vpmaddwd / vpmaddubsw chains) and the
  * time of an 8-row int8 product over a 4096 x 4096 weight matrix whose activations never leave L1
- * (two chunks reused), for the native kernel's sign-trick mix and for an int16 vpmaddwd mix. The
+ * (two chunks reused), for the native kernel's mixes (sign trick: 1-2 rows; xor form: 3+ rows) and for
+ * an int16 vpmaddwd mix; and whether vpsignb / vpxor share the multiply pipes (uops per ns of
+ * vpmaddwd and the other op on independent chains: ~2 per cycle if shared). The
  * weights stream from memory as in the real call, so the result is the least an 8-row call can cost
  * with that mix; the real kernel also reads 8 x 4 KiB of activations per channel. */
 #include <immintrin.h>
@@ -48,6 +50,26 @@ static void sign_mix(const int8_t *w, const int8_t *x, int32_t *o) {
     }
 }
 
+/* the native kernel's int8 mix for 3+ rows: x ^ (w < 0) instead of sign(x, w), sum(|w|, w < 0) added back */
+static void xor_mix(const int8_t *w, const int8_t *x, int32_t *o) {
+    const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
+    for (int n = 0; n < N; n++) {
+        const int8_t *wr = w + (size_t)n * K;
+        __m256i acc[8], neg = z;
+        for (int r = 0; r < 8; r++) acc[r] = z;
+        for (int c = 0; c < K / 32; c++) {
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(wr + 32 * c)), aw = _mm256_abs_epi8(wv);
+            __m256i m = _mm256_cmpgt_epi8(z, wv);
+            neg = _mm256_add_epi64(neg, _mm256_sad_epu8(_mm256_and_si256(aw, m), z));
+            for (int r = 0; r < 8; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x + 64 * r + 32 * (c & 1)));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_xor_si256(xv, m)), ones));
+            }
+        }
+        for (int r = 0; r < 8; r++) o[n * 8 + r] = hsum(acc[r]) + hsum(neg);
+    }
+}
+
 /* the int16 alternative: weights widened once per 16 codes, vpmaddwd with int16 activations, vpaddd */
 static void i16_mix(const int8_t *w, const int16_t *x, int32_t *o) {
     for (int n = 0; n < N; n++) {
@@ -80,6 +102,25 @@ static void i16_mix(const int8_t *w, const int16_t *x, int32_t *o) {
         sink += _mm256_extract_epi32(a0, 0) + _mm256_extract_epi32(a7, 0);                                \
     } while (0)
 
+/* vpmaddwd and OP, 6 independent chains each: ~2 uops per cycle in all if OP shares the multiply pipes */
+#define PAIR(OP)                                                                                          \
+    do {                                                                                                  \
+        __m256i a[6], d[6];                                                                               \
+        const __m256i b = _mm256_set1_epi16(3);                                                           \
+        for (int j = 0; j < 6; j++) a[j] = d[j] = _mm256_set1_epi16(1);                                   \
+        double t = now();                                                                                 \
+        for (long i = 0; i < 20000000; i++) {                                                             \
+            for (int j = 0; j < 6; j++) {                                                                 \
+                a[j] = _mm256_madd_epi16(a[j], b);                                                        \
+                d[j] = OP(d[j], b);                                                                       \
+            }                                                                                             \
+            __asm__ volatile("" ::"x"(a[0]), "x"(a[1]), "x"(a[2]), "x"(a[3]), "x"(a[4]), "x"(a[5]),        \
+                             "x"(d[0]), "x"(d[1]), "x"(d[2]), "x"(d[3]), "x"(d[4]), "x"(d[5]));            \
+        }                                                                                                 \
+        rate = 12 * 20000000.0 / (now() - t) / 1e9;                                                        \
+        sink += _mm256_extract_epi32(a[0], 0) + _mm256_extract_epi32(d[5], 0);                            \
+    } while (0)
+
 int main(void) {
     int8_t *w = aligned_alloc(64, (size_t)N * K), *x = aligned_alloc(64, 8 * 64);
     int16_t *x16 = aligned_alloc(64, 2 * 8 * 32);
@@ -89,12 +130,16 @@ int main(void) {
     for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (int8_t)(rand() % 255 - 127);
     for (int i = 0; i < 8 * 64; i++) x[i] = (int8_t)(rand() % 255 - 127);
     for (int i = 0; i < 8 * 32; i++) x16[i] = (int16_t)(rand() % 255 - 127);
-    double rate, madd_rate, maddubs_rate, best_sign = 1e9, best_i16 = 1e9;
+    double rate, madd_rate, maddubs_rate, with_sign, with_xor, best_sign = 1e9, best_xor = 1e9, best_i16 = 1e9;
     long sink = 0;
     CHAINS(_mm256_madd_epi16);
     madd_rate = rate;
     CHAINS(_mm256_maddubs_epi16);
     maddubs_rate = rate;
+    PAIR(_mm256_sign_epi8);
+    with_sign = rate;
+    PAIR(_mm256_xor_si256);
+    with_xor = rate;
     for (int rep = 0; rep < REPS; rep++) { /* interleaved: a busy spell hits both alike */
         double t = now();
         sign_mix(w, x, o);
@@ -102,15 +147,23 @@ int main(void) {
         best_sign = t < best_sign ? t : best_sign;
         sink += o[rep];
         t = now();
+        xor_mix(w, x, o);
+        t = now() - t;
+        best_xor = t < best_xor ? t : best_xor;
+        sink += o[rep];
+        t = now();
         i16_mix(w, x16, o);
         t = now() - t;
         best_i16 = t < best_i16 ? t : best_i16;
         sink += o[rep];
     }
-    /* 8 rows x N x K MACs; the sign mix needs 2 multiply uops per 32 MACs, the int16 mix 2 per 32 too */
+    /* 8 rows x N x K MACs; every mix needs at least 2 multiply uops per 32 MACs (the sign mix 3: vpsignb
+     * runs on the multiply pipes here, see with_sign) */
     double mul_uops = 8.0 * N * K / 32 * 2;
-    printf("{\"vpmaddwd_per_ns\": %.3f, \"vpmaddubsw_per_ns\": %.3f, \"sign_mix_8rows_ms\": %.3f, "
+    printf("{\"vpmaddwd_per_ns\": %.3f, \"vpmaddubsw_per_ns\": %.3f, \"vpmaddwd_with_vpsignb_per_ns\": %.3f, "
+           "\"vpmaddwd_with_vpxor_per_ns\": %.3f, \"sign_mix_8rows_ms\": %.3f, \"xor_mix_8rows_ms\": %.3f, "
            "\"i16_mix_8rows_ms\": %.3f, \"multiply_bound_8rows_ms\": %.3f, \"sink\": %ld}\n",
-           madd_rate, maddubs_rate, best_sign * 1e3, best_i16 * 1e3, mul_uops / madd_rate / 1e6, sink & 1);
+           madd_rate, maddubs_rate, with_sign, with_xor, best_sign * 1e3, best_xor * 1e3, best_i16 * 1e3,
+           mul_uops / madd_rate / 1e6, sink & 1);
     return 0;
 }

@@ -62,15 +62,20 @@ def test_backend_matmul_equals_numpy_twin_bitwise(kernel, fmt, m, k, n, seed, ma
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_extreme_codes_do_not_wrap(kernel):
-    k = 4099
-    xq = np.full((2, k), -127, np.int8)
-    xq[1] = 127
+@pytest.mark.parametrize("m", [2, 8])  # native: the sign form (1-2 rows) and the xor form (3+ rows)
+def test_extreme_codes_do_not_wrap(kernel, m):
+    """Largest K the contract allows, every code at +-127: the sums reach +-(2^31 - 1) - 4071, and the
+    native xor form's partial sums leave int32 before its correction brings them back."""
+    k = (2**31 - 1) // 127**2
+    xq = np.full((m, k), -127, np.int8)
+    xq[1::2] = 127
     w = np.full((3, k), 127, np.int8)
     w[1] = -127
+    w[2, ::3] = -127
     qw = quantize_weight(w.astype(np.float32), "int8")
     got = matmul_int(xq, "int8", qw.data, threads=1, kernel=kernel)
-    assert got[0, 0] == -k * 127 * 127 and got[1, 1] == -k * 127 * 127
+    assert got[0, 0] == -k * 127 * 127 and got[1, 1] == -k * 127 * 127 and got[1, 0] == k * 127 * 127
+    assert np.array_equal(got, matmul_int_reference(xq, w))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -11,8 +11,10 @@
  *    32 codes, and the activations are permuted once per call to match.
  *  - Every 32-byte weight chunk is loaded and decoded once and used for up to 8 rows held in
  *    registers (rows 9..16 take a second pass over the same channel, which is then in L1).
- *  - int8: sign trick, maddubs(|w| as u8, sign(x, w) as s8): pair sums <= 2*127*127 < 32767, then
- *    madd with ones into int32.
+ *  - int8: maddubs(|w| as u8, s8) then madd with ones into int32. For 1-2 rows the s8 operand is
+ *    sign(x, w) (pair sums <= 2*127*127); for 3+ rows it is x ^ (w < 0 ? 0xFF : 0) = x or -x - 1
+ *    (pair sums <= 2*127*128 < 32767) and sum(|w| over w < 0) is added back per channel: vpsignb
+ *    competes with the multiplies for the same two pipes on Zen 4, vpxor does not.
  *  - int4 / ternary: biased unsigned codes (code + 8 = nibble ^ 8; code + 1 via a 4-entry shuffle),
  *    maddubs(biased u8, x s8) cannot saturate (2*15*127, 2*2*127), several chunks are summed in int16
  *    before widening, and bias * sum(x) is subtracted at the end.
@@ -76,18 +78,33 @@ static inline __m256i load_chunk(const uint8_t *wrow, int64_t c, int64_t nbytes)
 
 DOT_BEGIN(dot_int8) {
     __m256i acc[RB];
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_si256();
+    const __m256i ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
+    __m256i neg = zero; /* 4 x u64: sum of |w| over the negative codes (xor form only) */
+    for (int r = 0; r < R; r++) acc[r] = zero;
     for (int64_t c = c0; c < c1; c++) {
         __m256i w = load_chunk(wrow, c, nbytes);
         __m256i aw = _mm256_abs_epi8(w);
-        for (int r = 0; r < R; r++) {
-            __m256i x = _mm256_loadu_si256((const __m256i *)(xs + r * xstride + 32 * c));
-            __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
-            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, ones));
+        if (R <= 2) { /* sign form: fewest uops per chunk, for the memory-bound 1-2 row calls */
+            for (int r = 0; r < R; r++) {
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xs + r * xstride + 32 * c));
+                __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, ones));
+            }
+        } else { /* xor form: vpsignb shares the multiply pipes, vpxor does not (docs/host-int.md) */
+            __m256i m = _mm256_cmpgt_epi8(zero, w); /* 0xFF where w < 0 */
+            neg = _mm256_add_epi64(neg, _mm256_sad_epu8(_mm256_and_si256(aw, m), zero));
+            for (int r = 0; r < R; r++) {
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xs + r * xstride + 32 * c));
+                /* x ^ m = x, or -x - 1 where w < 0: |w| * (x ^ m) = w * x - |w| there; the pair sums are
+                 * <= 2 * 127 * 128 < 32767, and sum(|w|, w < 0) is added back below */
+                __m256i p = _mm256_maddubs_epi16(aw, _mm256_xor_si256(x, m));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, ones));
+            }
         }
     }
-    for (int r = 0; r < R; r++) out[r] += hsum_epi32(acc[r]);
+    /* the sad lanes are < 2^32, so their low dwords hold them and the high dwords are 0 */
+    uint32_t corr = (uint32_t)hsum_epi32(neg);
+    for (int r = 0; r < R; r++) out[r] = (int32_t)((uint32_t)out[r] + (uint32_t)hsum_epi32(acc[r]) + corr);
 }
 
 DOT_BEGIN(dot_int4) {
