@@ -33,6 +33,12 @@ def test_self_draft_accepts_everything(check_self_draft, specverify_port):
     assert report.metrics["acceptance_rate"] >= 0.9
 
 
+def test_decode_prefill_consistency(check_prefill_consistency, specverify_port):
+    report = check_prefill_consistency(specverify_port.encode("The quick brown fox"))
+    print(f"k3 KL {report.metrics['k3_kl']:.2e}, max |dlogprob| {report.metrics['max_abs_logprob_diff']:.2e}, "
+          f"bitwise {report.metrics['bitwise']}")
+
+
 @pytest.mark.replay_check
 def test_replay_check(check_replay, specverify_port):
     check_replay(specverify_port.encode("for (int i = 0; i < n; i++)"))

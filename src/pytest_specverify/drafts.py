@@ -80,7 +80,10 @@ class ForcingDraft:
                     break
                 if not self.same_taps(taps[j], self.reference_taps[pos]):
                     hit = [p for p in range(len(self.reference_taps)) if self.same_taps(taps[j], self.reference_taps[p])]
-                    where = f"; it equals the taps of position {hit[0]}" if hit else "; it matches no position of the text"
+                    where = (f"; it equals the taps of position {hit[0]}" if hit else
+                             "; it matches no position of the text (the reference taps come from one prefill of the "
+                             "whole text: if the port's prefill and its steps disagree, decode_prefill_consistency "
+                             "says so directly)")
                     self._problem(f"the loop fed the draft a context row for position {pos} that is not the target's "
                                   f"taps of that position{where} (the accepted rows are [last, d1..da] = verify rows 0..a)")
                     break

@@ -290,3 +290,19 @@ def check_fuzz(request, specverify_port, specverify_tolerance, specverify_settin
                     tol=specverify_tolerance, **kw)
 
     return check
+
+
+@pytest.fixture
+def check_prefill_consistency(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
+    """``check_prefill_consistency(prompt_ids, max_new_tokens=None, temperature=1.0)``: decode with
+    sampling one step at a time, re-prefill prompt + output in one pass, compare the tokens' log-probs
+    (k3 KL and max |dlogprob| within the profile)."""
+    from .reprefill import decode_prefill_consistency
+
+    def check(prompt, max_new_tokens=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, decode_prefill_consistency, specverify_port, prompt,
+                    max_new_tokens=max_new_tokens or specverify_settings.max_new_tokens, tol=specverify_tolerance,
+                    seed=specverify_seed, **kw)
+
+    return check

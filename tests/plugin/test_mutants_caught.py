@@ -5,6 +5,7 @@ import pytest
 from pytest_specverify import SpecVerifyFailure, profile
 from pytest_specverify.checks import commit_equivalence, forced_acceptance, greedy_identity
 from pytest_specverify.fuzz import run_commit_fuzz
+from pytest_specverify.reprefill import decode_prefill_consistency
 from pytest_specverify.sampling import sampling_distribution
 from tests.ports import mutants
 
@@ -32,7 +33,11 @@ def _fuzz(port):
     return run_commit_fuzz(port, port.encode("Hello"), k_max=K, tol=profile(port.tolerance), max_examples=10, steps=6)
 
 
-CHECKS = {"commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
+def _reprefill(port):
+    return decode_prefill_consistency(port, port.encode(PROMPT), max_new_tokens=16, tol=profile(port.tolerance))
+
+
+CHECKS = {"decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "stateful_fuzz": _fuzz}
 
 # mutant -> (the check that catches it, text its failure message must contain)
@@ -49,6 +54,8 @@ TABLE = {
     "bonus_duplicated": ("greedy_identity", "differs from plain greedy decoding"),
     "draft_context_wrong_rows": ("forced_acceptance", "context row for position"),
     "residual_wrong": ("sampling_distribution", "has probability 0 but was emitted"),
+    "prefill_conv_off_by_one": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
+    "prefill_rope_offset": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0")}  # a second check that catches it
 
@@ -63,6 +70,18 @@ def test_mutant_is_caught(mutant):
     with pytest.raises(SpecVerifyFailure) as info:
         CHECKS[check](mutants.build(mutant))
     assert fragment in str(info.value), str(info.value)
+
+
+# a prefill that is wrong in itself is invisible to the checks that compare against the port's own
+# prefill + steps: that is why decode_prefill_consistency exists. (forced_acceptance sees it only
+# indirectly, in ports with taps: its reference taps come from one prefill of the whole text.)
+ONLY_REPREFILL = ("prefill_conv_off_by_one", "prefill_rope_offset")
+
+
+@pytest.mark.parametrize("check", ["commit_equivalence", "greedy_identity", "stateful_fuzz"])
+@pytest.mark.parametrize("mutant", ONLY_REPREFILL)
+def test_prefill_mutants_pass_the_other_checks(mutant, check):
+    CHECKS[check](mutants.build(mutant))
 
 
 @pytest.mark.parametrize("mutant", sorted(ALSO))

@@ -67,7 +67,20 @@ def _engine_mutants():
             state.pending.snapshot = {i: state.layers[i].copy() for i in state.pending.snapshot}
             return out
 
-    return {"conv_not_restored": ConvNotRestored, "recurrent_not_restored": RecurrentNotRestored,
+    class PrefillConvOffByOne(Target):
+        """A prefill (several tokens from position 0) leaves the conv window one column late: it holds
+        the K-1 pre-conv columns *before* the last one. Verify, commit and steps are right."""
+
+        def forward(self, tokens, state):
+            prefill = state.pos == 0 and len(tokens) > 1
+            out = super().forward(tokens, state)
+            if prefill:
+                for s in state.layers:
+                    if isinstance(s, GDNLayerState):
+                        s.conv = np.roll(s.conv, 1, axis=-1)
+            return out
+
+    return {"prefill_conv_off_by_one": PrefillConvOffByOne, "conv_not_restored": ConvNotRestored, "recurrent_not_restored": RecurrentNotRestored,
             "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify}
 
 
@@ -111,6 +124,15 @@ class ZeroDraftAdvances(Qwen3Numpy):
         super().commit(state, accepted_rows)
 
 
+class PrefillRopeOffset(Qwen3Numpy):
+    """A prefill (several tokens from position 0) rotates queries and keys one position late. Its own
+    logits barely move (attention sees relative positions), but the keys it caches are off by one
+    for every later step."""
+
+    def rope_positions(self, pos):
+        return pos + 1 if pos[0] == 0 and len(pos) > 1 else pos
+
+
 # -- second port: loop mutants -------------------------------------------------------------------------
 class BonusDropped(SpecLoop):
     """After a full accept the bonus token is not emitted (the next round's anchor is then wrong)."""
@@ -142,10 +164,10 @@ class ResidualWrong(SpecLoop):
 
 
 _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimShort, "kv_trimmed_one_long": KVTrimLong,
-                "zero_draft_round_advances": ZeroDraftAdvances}
+                "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset}
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong}
-ENGINE_MUTANTS = ("conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify")
+ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify")
 NAMES = ENGINE_MUTANTS + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
 

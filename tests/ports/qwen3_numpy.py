@@ -106,8 +106,9 @@ class Qwen3Numpy:
         taps = np.empty((T, c.layers, c.hidden), F32)
         for i, w in enumerate(self.layers):
             h = rms_norm(x, w["n1"], c.eps)
-            q = rope(rms_norm((h @ w["wq"]).reshape(T, c.heads, c.head_dim), w["qn"], c.eps), pos, c.theta)
-            k = rope(rms_norm((h @ w["wk"]).reshape(T, c.kv_heads, c.head_dim), w["kn"], c.eps), pos, c.theta)
+            rp = self.rope_positions(pos)
+            q = rope(rms_norm((h @ w["wq"]).reshape(T, c.heads, c.head_dim), w["qn"], c.eps), rp, c.theta)
+            k = rope(rms_norm((h @ w["wk"]).reshape(T, c.kv_heads, c.head_dim), w["kn"], c.eps), rp, c.theta)
             v = (h @ w["wv"]).reshape(T, c.kv_heads, c.head_dim)
             cache = state.caches[i]
             cache.write(k.transpose(1, 0, 2), v.transpose(1, 0, 2))
@@ -129,6 +130,10 @@ class Qwen3Numpy:
             taps[:, i] = x
         state.pos += T
         return (rms_norm(x, self.norm, c.eps) @ self.lm_head).astype(F32), taps
+
+    def rope_positions(self, pos):
+        """The positions RoPE rotates by (a hook for the mutants; the truth is ``pos``)."""
+        return pos
 
     def verify(self, tokens, state: Qwen3State):
         if state.pending is not None:
