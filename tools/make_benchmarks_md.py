@@ -196,7 +196,7 @@ HOST_INT_RUNS = (
     ("6. host-int GEMM kernel: 1 / 8 / 16 rows on a 4096 x 4096 layer, and 1-row bandwidth",
      ["tools/host_int_report.py", "kernel", "--threads", "1,2", "--reps", "40"]),
     ("7. host-int plain decode of the medium config against HF transformers fp32 (one run, 1 thread each)",
-     ["tools/host_int_report.py", "decode", "--tokens", "48", "--threads", "1"]),
+     ["tools/host_int_report.py", "decode", "--tokens", "48", "--threads", "1", "--reps", "3"]),
     ("8. host-int int8: the 8-row / 1-row ratio this CPU allows (compute floor of the instruction mix)",
      ["tools/host_int_report.py", "floor", "--reps", "40"]),
 )
