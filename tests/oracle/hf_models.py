@@ -31,17 +31,22 @@ def _randomise(model, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
 
 
-def build(model_type: str, folder: Path, *, seed: int = 0, tied: bool = False, layers: int = 4):
-    """Build, randomise, save; return the HF model (float32, eval) for use as the oracle."""
+def build(model_type: str, folder: Path, *, seed: int = 0, tied: bool = False, layers: int = 4,
+          geometry: dict | None = None, partial_rotary_factor: float = 0.25):
+    """Build, randomise, save; return the HF model (float32, eval) for use as the oracle.
+    ``geometry`` overrides fields of BASE (head counts and sizes, conv kernel, attention interval...)."""
     import transformers as tf
 
     torch.manual_seed(seed)
-    kw = dict(BASE, num_hidden_layers=layers, tie_word_embeddings=tied)
+    kw = dict(BASE, **(geometry or {}), num_hidden_layers=layers, tie_word_embeddings=tied)
+    rope = {"rope_type": "default", "partial_rotary_factor": partial_rotary_factor}
     if model_type == "qwen3_next":
-        cfg = tf.Qwen3NextConfig(**kw, num_experts=0, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25})
+        cfg = tf.Qwen3NextConfig(**kw, num_experts=0, rope_parameters=dict(rope, rope_theta=1e4))
         model = tf.Qwen3NextForCausalLM(cfg)
     else:
-        cfg = tf.Qwen3_5TextConfig(**kw, rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+        half = int(kw["head_dim"] * partial_rotary_factor) // 2  # rotary pairs, split t/h/w as Qwen3.5 does
+        section = [half - 2 * (half // 4), half // 4, half // 4]
+        cfg = tf.Qwen3_5TextConfig(**kw, rope_parameters=dict(rope, rope_theta=1e7, mrope_section=section, mrope_interleaved=True))
         model = tf.Qwen3_5ForCausalLM(cfg)
     model = model.float().eval()
     _randomise(model, seed)
