@@ -42,6 +42,14 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int, seed: in
     q = draft_distribution(V, seed)
     draft = DistributionDraft(q, seed)
     cache: dict[tuple, np.ndarray] = {}
+    # seeded determinism first: the same seed (and a fresh draft) must give the same run
+    again = [port.speculative_generate(prompt, DistributionDraft(q, seed), max_new_tokens=8, k=1, temperature=temperature,
+                                       seed=seed, commit_path=commit_path) for _ in range(2)]
+    if (list(again[0].tokens), list(again[0].accepted)) != (list(again[1].tokens), list(again[1].accepted)):
+        raise SpecVerifyFailure(
+            f"two runs with seed {seed} at T={temperature} differ: tokens {list(again[0].tokens)} vs "
+            f"{list(again[1].tokens)}, accepted {list(again[0].accepted)} vs {list(again[1].accepted)}; the loop "
+            f"is not reproducible from its seed (a global or unseeded RNG, or state kept between runs)")
 
     def p_after(extra: tuple) -> np.ndarray:
         if extra not in cache:

@@ -54,6 +54,7 @@ TABLE = {
     "bonus_duplicated": ("greedy_identity", "differs from plain greedy decoding"),
     "draft_context_wrong_rows": ("forced_acceptance", "context row for position"),
     "residual_wrong": ("sampling_distribution", "has probability 0 but was emitted"),
+    "seed_ignored": ("sampling_distribution", "is not reproducible from its seed"),
     "prefill_conv_off_by_one": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
     "prefill_rope_offset": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
 }

@@ -163,10 +163,21 @@ class ResidualWrong(SpecLoop):
         return r / r.sum() if r.sum() > 0 else p
 
 
+class SeedIgnored(SpecLoop):
+    """The loop samples from an RNG that ignores the run's seed (seeded once, when the module loads)."""
+
+    shared = np.random.default_rng(12345)
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.rng = SeedIgnored.shared
+
+
 _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimShort, "kv_trimmed_one_long": KVTrimLong,
                 "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset}
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
-               "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong}
+               "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
+               "seed_ignored": SeedIgnored}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify")
 NAMES = ENGINE_MUTANTS + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
