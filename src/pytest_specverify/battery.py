@@ -44,8 +44,9 @@ def test_replay_check(check_replay, specverify_port):
     check_replay(specverify_port.encode("for (int i = 0; i < n; i++)"))
 
 
-def test_sampling_distribution(check_sampling, specverify_port):
-    check_sampling(specverify_port.encode("ab"))
+@pytest.mark.parametrize("temperature", [1.0, 0.7])  # T != 1 also catches a temperature left out of p or q
+def test_sampling_distribution(check_sampling, specverify_port, temperature):
+    check_sampling(specverify_port.encode("ab"), temperature=temperature)
 
 
 def test_stateful_fuzz(check_fuzz, specverify_port):

@@ -25,8 +25,12 @@ def _forced(port):
     return forced_acceptance(port, port.encode(PROMPT), k=K, tol=profile(port.tolerance))
 
 
-def _sampling(port):
-    return sampling_distribution(port, port.encode("ab"), samples=500)
+def _sampling(port, temperature=1.0):
+    return sampling_distribution(port, port.encode("ab"), samples=500, temperature=temperature)
+
+
+def _sampling_cold(port):
+    return _sampling(port, temperature=0.7)
 
 
 def _fuzz(port):
@@ -38,7 +42,7 @@ def _reprefill(port):
 
 
 CHECKS = {"decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
-          "sampling_distribution": _sampling, "stateful_fuzz": _fuzz}
+          "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
 # mutant -> (the check that catches it, text its failure message must contain)
 TABLE = {
@@ -55,6 +59,7 @@ TABLE = {
     "draft_context_wrong_rows": ("forced_acceptance", "context row for position"),
     "residual_wrong": ("sampling_distribution", "has probability 0 but was emitted"),
     "seed_ignored": ("sampling_distribution", "is not reproducible from its seed"),
+    "temperature_ignored_in_accept": ("sampling_distribution_T0.7", "round's first token x1 | t0 ~ p(. | t0)"),
     "prefill_conv_off_by_one": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
     "prefill_rope_offset": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
 }

@@ -163,6 +163,23 @@ class ResidualWrong(SpecLoop):
         return r / r.sum() if r.sum() > 0 else p
 
 
+class TemperatureIgnoredInAccept(SpecLoop):
+    """The acceptance test and the residual use p at T = 1 whatever the run's temperature (the draft's q
+    and the bonus after a full accept do use it): invisible at T = 1."""
+
+    def accept(self, drafts, q, logits):
+        if self.t <= 0:
+            return super().accept(drafts, q, logits)
+        from tests.ports.qwen3_numpy import _draw, _probs
+
+        for i, d in enumerate(drafts):
+            p = _probs(logits[i], 1.0)
+            if self.rng.random() * q[i][d] < p[d]:
+                continue
+            return i, _draw(self.residual(p, np.asarray(q[i], np.float64)), self.rng)
+        return len(drafts), _draw(_probs(logits[len(drafts)], self.t), self.rng)
+
+
 class SeedIgnored(SpecLoop):
     """The loop samples from an RNG that ignores the run's seed (seeded once, when the module loads)."""
 
@@ -177,7 +194,7 @@ _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimSh
                 "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset}
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
-               "seed_ignored": SeedIgnored}
+               "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify")
 NAMES = ENGINE_MUTANTS + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
