@@ -28,6 +28,11 @@ def test_forced_acceptance_covers_every_accept_count(check_forced_acceptance, sp
     assert all(report.counts[a] > 0 for a in range(k + 1)), report.counts
 
 
+def test_draft_consistency(check_draft_consistency, specverify_port):
+    report = check_draft_consistency(specverify_port.encode("def fibonacci(n):"))
+    assert report.metrics["proposals_checked"] >= 2
+
+
 def test_self_draft_accepts_everything(check_self_draft, specverify_port):
     report = check_self_draft(specverify_port.encode("Once upon a time"))
     assert report.metrics["acceptance_rate"] >= 0.9

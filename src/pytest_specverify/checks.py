@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .compare import SpecVerifyFailure, first_state_difference, first_token_divergence, logit_margin, token_window
-from .drafts import ForcingDraft, SelfDraft, cycle_script
+from .drafts import AuditedDraft, ForcingDraft, SelfDraft, cycle_script
 from .protocol import NotSupported
 from .tolerance import Tolerance
 
@@ -215,6 +215,30 @@ def self_draft_accepts_all(port, prompt: Sequence[int], *, k: int, max_new_token
         raise SpecVerifyFailure(f"self-draft never produced a full accept of k={k} (counts {dict(report.counts)})")
     report.name = "self_draft"
     return report
+
+
+def draft_consistency(port, prompt: Sequence[int], *, k: int, max_new_tokens: int, tol: Tolerance,
+                      commit_path: str | None = None) -> CheckReport:
+    """The port's own draft, driven by the port's own greedy loop, proposes at every round what a fresh
+    draft state given the same context (the same ``append_context`` calls, no ``propose``) proposes:
+    propose must not leave anything behind (its block's K/V, a moved position) that later rounds see.
+    Such a bug keeps the output right and only costs acceptance, so no output check can see it."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    import numpy as np
+
+    same = None if tol.exact else (lambda a, b: tol.close(np.asarray(a), np.asarray(b)))
+    audit = AuditedDraft(port.make_draft(), same_q=same)
+    run = port.speculative_generate(prompt, audit, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
+    if audit.problems:
+        raise SpecVerifyFailure(
+            f"the draft's proposals depend on its earlier proposals ({len(audit.problems)} of {audit.checked} rounds; "
+            f"k={k}, commit path {commit_path!r}); propose() must leave the draft state as it found it:\n  "
+            + "\n  ".join(audit.problems[:3]))
+    if audit.checked < 2:
+        raise SpecVerifyFailure(f"the loop asked the draft {audit.checked} times in {max_new_tokens} tokens at k={k}; "
+                                f"the check needs at least 2 greedy proposals")
+    return CheckReport("draft_consistency", counts=Counter(run.accepted),
+                       metrics={"proposals_checked": audit.checked, "acceptance_rate": run.acceptance_rate})
 
 
 # -- 3. replay check ------------------------------------------------------------------------------

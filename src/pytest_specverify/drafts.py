@@ -191,3 +191,55 @@ class DistributionDraft:
         tokens = np.array([int(np.searchsorted(np.cumsum(row), g.random() * row.sum(), side="right")) for row in q])
         tokens = np.minimum(tokens, q.shape[1] - 1)
         return Proposal(tokens.astype(np.int64), q)
+
+
+@dataclass
+class AuditState:
+    inner: Any
+    appends: list = field(default_factory=list)  # deep copies of every append_context's taps, in order
+    proposals: int = 0
+
+
+class AuditedDraft:
+    """Wraps a port's own draft and, at every greedy ``propose``, asks a *fresh* draft state that got the
+    very same ``append_context`` calls (and no ``propose``) for the same proposal. A draft whose
+    propose leaves something behind in its state (its block's K/V, a moved position) proposes from
+    a stale context afterwards: the output stays right (the target verifies) but acceptance drops,
+    and no output-level check sees it. ``same(a, b)`` compares two proposals' ``q`` rows when their
+    tokens differ (the port's tolerance); exact profiles require equal tokens."""
+
+    def __init__(self, draft, same_q: Callable[[Any, Any], bool] | None = None):
+        self.draft = draft
+        self.same_q = same_q
+        self.problems: list[str] = []
+        self.checked = 0
+
+    def new_state(self) -> AuditState:
+        return AuditState(self.draft.new_state())
+
+    def append_context(self, state: AuditState, taps) -> None:
+        import copy
+
+        state.appends.append(copy.deepcopy(taps))
+        self.draft.append_context(state.inner, taps)
+
+    def propose(self, state: AuditState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None):
+        import numpy as np
+
+        out = self.draft.propose(state.inner, anchor_token, n_draft, temperature=temperature, rng=rng)
+        state.proposals += 1
+        if temperature > 0:
+            return out
+        fresh = self.draft.new_state()
+        for taps in state.appends:
+            self.draft.append_context(fresh, taps)
+        ref = self.draft.propose(fresh, anchor_token, n_draft, temperature=0.0, rng=None)
+        got, want = [int(t) for t in np.asarray(out.tokens)[:n_draft]], [int(t) for t in np.asarray(ref.tokens)[:n_draft]]
+        self.checked += 1
+        if got != want and not (self.same_q is not None and self.same_q(np.asarray(out.q)[:n_draft], np.asarray(ref.q)[:n_draft])):
+            ctx = sum(len(t) for t in state.appends)
+            self.problems.append(
+                f"proposal {state.proposals} (anchor {anchor_token}, {ctx} context rows from {len(state.appends)} "
+                f"append_context calls): the draft proposed {got}, a fresh draft state given the same context "
+                f"proposes {want}")
+        return out

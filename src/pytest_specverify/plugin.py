@@ -306,3 +306,19 @@ def check_prefill_consistency(request, specverify_port, specverify_tolerance, sp
                     seed=specverify_seed, **kw)
 
     return check
+
+
+@pytest.fixture
+def check_draft_consistency(request, specverify_port, specverify_tolerance, specverify_settings):
+    """``check_draft_consistency(prompt_ids, k=None, max_new_tokens=None, commit_path=None)``: the port's
+    draft in the port's greedy loop proposes what a fresh draft state with the same context proposes."""
+    from .checks import draft_consistency
+
+    s = specverify_settings
+
+    def check(prompt, k=None, max_new_tokens=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, draft_consistency, specverify_port, prompt, k=k or s.spec_k,
+                    max_new_tokens=max_new_tokens or s.max_new_tokens, tol=specverify_tolerance, **kw)
+
+    return check

@@ -3,7 +3,7 @@ the fault, and no check fails on the correct ports. The table is printed in docs
 import pytest
 
 from pytest_specverify import SpecVerifyFailure, profile
-from pytest_specverify.checks import commit_equivalence, forced_acceptance, greedy_identity
+from pytest_specverify.checks import commit_equivalence, draft_consistency, forced_acceptance, greedy_identity
 from pytest_specverify.fuzz import run_commit_fuzz
 from pytest_specverify.reprefill import decode_prefill_consistency
 from pytest_specverify.sampling import sampling_distribution
@@ -37,11 +37,15 @@ def _fuzz(port):
     return run_commit_fuzz(port, port.encode("Hello"), k_max=K, tol=profile(port.tolerance), max_examples=10, steps=6)
 
 
+def _draft_consistency(port):
+    return draft_consistency(port, port.encode(PROMPT), k=K, max_new_tokens=24, tol=profile(port.tolerance))
+
+
 def _reprefill(port):
     return decode_prefill_consistency(port, port.encode(PROMPT), max_new_tokens=16, tol=profile(port.tolerance))
 
 
-CHECKS = {"decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
+CHECKS = {"draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
 # mutant -> (the check that catches it, text its failure message must contain)
@@ -58,6 +62,7 @@ TABLE = {
     "bonus_duplicated": ("greedy_identity", "differs from plain greedy decoding"),
     "draft_context_wrong_rows": ("forced_acceptance", "context row for position"),
     "residual_wrong": ("sampling_distribution", "has probability 0 but was emitted"),
+    "draft_stale_row_after_propose": ("draft_consistency", "propose() must leave the draft state as it found it"),
     "seed_ignored": ("sampling_distribution", "is not reproducible from its seed"),
     "temperature_ignored_in_accept": ("sampling_distribution_T0.7", "round's first token x1 | t0 ~ p(. | t0)"),
     "prefill_conv_off_by_one": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
@@ -78,15 +83,20 @@ def test_mutant_is_caught(mutant):
     assert fragment in str(info.value), str(info.value)
 
 
-# a prefill that is wrong in itself is invisible to the checks that compare against the port's own
-# prefill + steps: that is why decode_prefill_consistency exists. (forced_acceptance sees it only
-# indirectly, in ports with taps: its reference taps come from one prefill of the whole text.)
-ONLY_REPREFILL = ("prefill_conv_off_by_one", "prefill_rope_offset")
+# Bugs the output checks cannot see, hence the two consistency checks: a prefill that is wrong in itself
+# passes every check that compares against the port's own prefill + steps (forced_acceptance sees it
+# only indirectly, in ports with taps: its reference taps come from one prefill of the whole text), and
+# a draft whose propose() leaves state behind only costs acceptance.
+UNSEEN_BY = {
+    "prefill_conv_off_by_one": ("commit_equivalence", "greedy_identity", "stateful_fuzz"),
+    "prefill_rope_offset": ("commit_equivalence", "greedy_identity", "stateful_fuzz"),
+    "draft_stale_row_after_propose": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz",
+                                      "decode_prefill_consistency"),
+}
 
 
-@pytest.mark.parametrize("check", ["commit_equivalence", "greedy_identity", "stateful_fuzz"])
-@pytest.mark.parametrize("mutant", ONLY_REPREFILL)
-def test_prefill_mutants_pass_the_other_checks(mutant, check):
+@pytest.mark.parametrize("mutant,check", [(m, c) for m, cs in UNSEEN_BY.items() for c in cs])
+def test_the_output_checks_do_not_see_these(mutant, check):
     CHECKS[check](mutants.build(mutant))
 
 

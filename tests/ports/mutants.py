@@ -84,6 +84,29 @@ def _engine_mutants():
             "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify}
 
 
+class DraftStaleRowAfterPropose:
+    """The hybrid engine's DFlash draft, but propose() leaves one more context row behind (a copy of the
+    last one), as a draft that writes its block's K/V into the context cache and advances would: every
+    later proposal attends to a stale row at shifted positions. The output stays right; acceptance drops."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def new_state(self):
+        return self.inner.new_state()
+
+    def append_context(self, state, taps):
+        self.inner.append_context(state, taps)
+
+    def propose(self, state, anchor_token, n_draft, **kw):
+        out = self.inner.propose(state, anchor_token, n_draft, **kw)
+        for i in range(state.num_layers):
+            k, v = state.view(i)
+            state.append(i, k[:, -1:].copy(), v[:, -1:].copy())
+        state.advance(1)
+        return out
+
+
 # -- second port: KV / commit mutants ---------------------------------------------------------------------
 class KVNotTrimmed(Qwen3Numpy):
     """commit() moves the position but leaves every verified row in the KV cache."""
@@ -196,13 +219,19 @@ _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicate
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify")
-NAMES = ENGINE_MUTANTS + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
+NAMES = ENGINE_MUTANTS + ("draft_stale_row_after_propose",) + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
 
 def build(name: str):
     """The mutant port called ``name`` (one of ``NAMES``)."""
     if name in ENGINE_MUTANTS:
         return _onebit_port(_engine_mutants()[name], f"onebit[{name}]")
+    if name == "draft_stale_row_after_propose":
+        from onebit_engine.target import Target
+
+        port = _onebit_port(Target, f"onebit[{name}]")
+        port._draft = DraftStaleRowAfterPropose(port.make_draft())
+        return port
     if name in _PORT_MODELS:
         port = Qwen3Port(model_class=_PORT_MODELS[name])
     elif name in _PORT_LOOPS:

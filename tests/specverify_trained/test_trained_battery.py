@@ -29,3 +29,16 @@ def test_commit_equivalence(check_commit_equivalence, specverify_port):
 def test_forced_acceptance(check_forced_acceptance, specverify_port, specverify_settings):
     report = check_forced_acceptance(specverify_port.encode("The quick brown fox"))
     assert all(report.counts[a] > 0 for a in range(specverify_settings.spec_k + 1)), report.counts
+
+
+def test_draft_consistency(check_draft_consistency, specverify_port):
+    """The trained draft accepts real tokens, so its rounds keep varied context lengths: propose() must
+    leave its state alone across all of them."""
+    report = check_draft_consistency(specverify_port.encode('def read_config(path):\n    """Read the file'), k=7,
+                                     max_new_tokens=48)
+    assert report.metrics["acceptance_rate"] > 0.1, report.metrics
+
+
+def test_decode_prefill_consistency(check_prefill_consistency, specverify_port):
+    report = check_prefill_consistency(specverify_port.encode("The license grants"), max_new_tokens=32)
+    assert report.metrics["bitwise"], report.metrics
