@@ -18,7 +18,8 @@ Draft contract (``DraftLike``, the engine's): ``new_state()``; ``append_context(
 the target's taps of every *committed* row, in order; ``propose(dstate, anchor, n, *, temperature,
 rng) -> obj`` with ``.tokens`` [n] and ``.q`` [n, V]. The anchor is the last committed token, which
 sits at position ``len(context)``: the prompt's rows are the first context, each round then appends
-the rows ``[last, d1..da]`` it committed.
+the rows ``[last, d1..da]`` it committed. The draft state is a function of the appended context alone:
+``propose`` must leave it as it found it (``checks.draft_consistency``).
 
 Loop contract: ``speculative_generate`` returns a :class:`SpecRun` whose ``tokens`` are the generated
 ids (prompt excluded; the first one comes from the prefill) and whose ``accepted``/``proposed`` give,
