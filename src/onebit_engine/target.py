@@ -156,8 +156,7 @@ class DenseMLP:
 
     def __call__(self, h):
         y = self.gate_up(h)  # [R, 2 * I]
-        half = y.shape[1] // 2
-        gate, up = y[:, :half], y[:, half:]
+        gate, up = _cut(y, (0, y.shape[1] // 2))
         return self.down(silu(gate) * up)
 
 

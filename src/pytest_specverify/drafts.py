@@ -205,8 +205,8 @@ class AuditedDraft:
     very same ``append_context`` calls (and no ``propose``) for the same proposal. A draft whose
     propose leaves something behind in its state (its block's K/V, a moved position) proposes from
     a stale context afterwards: the output stays right (the target verifies) but acceptance drops,
-    and no output-level check sees it. ``same(a, b)`` compares two proposals' ``q`` rows when their
-    tokens differ (the port's tolerance); exact profiles require equal tokens."""
+    and no output-level check sees it. ``same_q(a, b)`` compares two proposals' ``q`` rows when their
+    tokens differ (the port's tolerance); None (exact profiles) requires equal tokens."""
 
     def __init__(self, draft, same_q: Callable[[Any, Any], bool] | None = None):
         self.draft = draft

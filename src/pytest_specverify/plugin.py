@@ -237,19 +237,23 @@ def check_forced_acceptance(request, specverify_port, specverify_tolerance, spec
     return check
 
 
+def _loop_check(request, fn, port, tol, s):
+    """A loop check bound to the port: ``k`` and ``max_new_tokens`` default to the run's options."""
+
+    def check(prompt, k=None, max_new_tokens=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, fn, port, prompt, k=k or s.spec_k, max_new_tokens=max_new_tokens or s.max_new_tokens,
+                    tol=tol, **kw)
+
+    return check
+
+
 @pytest.fixture
 def check_self_draft(request, specverify_port, specverify_tolerance, specverify_settings):
     """``check_self_draft(prompt_ids, k=None, max_new_tokens=None)``: draft == target accepts everything."""
     from .checks import self_draft_accepts_all
 
-    s = specverify_settings
-
-    def check(prompt, k=None, max_new_tokens=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, self_draft_accepts_all, specverify_port, prompt, k=k or s.spec_k,
-                    max_new_tokens=max_new_tokens or s.max_new_tokens, tol=specverify_tolerance, **kw)
-
-    return check
+    return _loop_check(request, self_draft_accepts_all, specverify_port, specverify_tolerance, specverify_settings)
 
 
 @pytest.fixture
@@ -314,11 +318,4 @@ def check_draft_consistency(request, specverify_port, specverify_tolerance, spec
     draft in the port's greedy loop proposes what a fresh draft state with the same context proposes."""
     from .checks import draft_consistency
 
-    s = specverify_settings
-
-    def check(prompt, k=None, max_new_tokens=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, draft_consistency, specverify_port, prompt, k=k or s.spec_k,
-                    max_new_tokens=max_new_tokens or s.max_new_tokens, tol=specverify_tolerance, **kw)
-
-    return check
+    return _loop_check(request, draft_consistency, specverify_port, specverify_tolerance, specverify_settings)

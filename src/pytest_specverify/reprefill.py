@@ -17,15 +17,8 @@ from typing import Sequence
 
 from .checks import CheckReport
 from .compare import SpecVerifyFailure
+from .stats import log_softmax, softmax
 from .tolerance import Tolerance
-
-
-def _log_softmax(row):
-    import numpy as np
-
-    z = np.asarray(row, np.float64)
-    z = z - z.max()
-    return z - np.log(np.exp(z).sum())
 
 
 def decode_prefill_consistency(port, prompt: Sequence[int], *, max_new_tokens: int, tol: Tolerance, seed: int = 0,
@@ -43,8 +36,7 @@ def decode_prefill_consistency(port, prompt: Sequence[int], *, max_new_tokens: i
     tokens, decode_rows = [], []
     for i in range(max_new_tokens):
         decode_rows.append(np.array(row, np.float64))
-        z = decode_rows[-1] / temperature
-        p = np.exp(z - z.max())
+        p = softmax(decode_rows[-1], temperature)
         tokens.append(int(rng.choice(p.size, p=p / p.sum())))
         if i + 1 < max_new_tokens:
             row = np.asarray(port.step(st, tokens[-1]).logits)[-1]
@@ -53,8 +45,8 @@ def decode_prefill_consistency(port, prompt: Sequence[int], *, max_new_tokens: i
     if full.shape[0] != len(prompt) + len(tokens):
         raise SpecVerifyFailure(f"prefill of {len(prompt) + len(tokens)} tokens returned {full.shape[0]} logit rows")
     prefill_rows = full[len(prompt) - 1 : -1].astype(np.float64)  # row j predicts tokens[j]
-    lp_dec = np.array([_log_softmax(r)[t] for r, t in zip(decode_rows, tokens)])
-    lp_pre = np.array([_log_softmax(r)[t] for r, t in zip(prefill_rows, tokens)])
+    at = (np.arange(len(tokens)), np.array(tokens))
+    lp_dec, lp_pre = log_softmax(np.array(decode_rows))[at], log_softmax(prefill_rows)[at]
     r = lp_pre - lp_dec
     k3 = float(np.mean(np.expm1(r) - r))
     worst = int(np.argmax(np.abs(r)))

@@ -20,6 +20,15 @@ def softmax(logits, temperature: float = 1.0):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def log_softmax(logits):
+    """log(softmax(logits)) over the last axis, in float64, without underflowing small probabilities."""
+    import numpy as np
+
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
 def chi2_critical(df: int, alpha: float) -> float:
     """Upper-``alpha`` quantile of chi-square(df): exact for df = 1, Wilson-Hilferty otherwise
     (relative error well under 1% for df >= 3 at alpha = 1e-6)."""

@@ -10,6 +10,17 @@ import pytest
 import onebit_engine.speculative  # noqa: F401  (same reason)
 import tests.ports.mutants  # noqa: F401
 
+# Modules that in-process runs would import lazily: pytester drops them from sys.modules afterwards, and
+# importing them again in this worker fails ("cannot load module more than once" for numpy's C modules,
+# "duplicate registration" for numba's polynomial types, which numba loads on its first cached compile).
+import numpy.fft  # noqa: F401,E402
+import numpy.polynomial  # noqa: F401,E402
+
+try:
+    from numba.np.polynomial import polynomial_core, polynomial_functions  # noqa: F401
+except ImportError:  # numba is optional
+    pass
+
 ROOT = Path(__file__).resolve().parents[2]
 
 DEVICE_TESTS = """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop
+from tests.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _probs
 
 
 # -- hybrid engine (onebit_engine) target mutants --------------------------------------------------------
@@ -190,17 +190,8 @@ class TemperatureIgnoredInAccept(SpecLoop):
     """The acceptance test and the residual use p at T = 1 whatever the run's temperature (the draft's q
     and the bonus after a full accept do use it): invisible at T = 1."""
 
-    def accept(self, drafts, q, logits):
-        if self.t <= 0:
-            return super().accept(drafts, q, logits)
-        from tests.ports.qwen3_numpy import _draw, _probs
-
-        for i, d in enumerate(drafts):
-            p = _probs(logits[i], 1.0)
-            if self.rng.random() * q[i][d] < p[d]:
-                continue
-            return i, _draw(self.residual(p, np.asarray(q[i], np.float64)), self.rng)
-        return len(drafts), _draw(_probs(logits[len(drafts)], self.t), self.rng)
+    def target_probs(self, logits):
+        return _probs(logits, 1.0)
 
 
 class SeedIgnored(SpecLoop):

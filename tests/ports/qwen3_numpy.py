@@ -229,6 +229,10 @@ class SpecLoop:
         r = np.maximum(p - q, 0.0)
         return r / r.sum() if r.sum() > 0 else p
 
+    def target_probs(self, logits):
+        """p, the target's distribution the acceptance test and the residual use."""
+        return _probs(logits, self.t)
+
     def accept(self, drafts, q, logits):
         """(accepted count, bonus)."""
         if self.t <= 0:
@@ -238,7 +242,7 @@ class SpecLoop:
                 a += 1
             return a, int(post[a])
         for i, d in enumerate(drafts):
-            p = _probs(logits[i], self.t)
+            p = self.target_probs(logits[i])
             if self.rng.random() * q[i][d] < p[d]:
                 continue
             return i, _draw(self.residual(p, np.asarray(q[i], np.float64)), self.rng)
