@@ -78,6 +78,28 @@ def test_extreme_codes_do_not_wrap(kernel, m):
     assert np.array_equal(got, matmul_int_reference(xq, w))
 
 
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("fmt", ["int4", "ternary"])
+@pytest.mark.parametrize("m", [1, 8, 11])
+def test_extreme_codes_do_not_saturate_int16_sums(kernel, fmt, m):
+    """int4 / ternary: native sums whole groups of chunks in int16 (4 int4 chunks, 16 ternary chunks) at
+    up to 30480 / 32512; every code at its largest biased value with x = +-127 fills each group to that
+    bound, and a group one chunk longer would saturate. K spans several groups plus a partial one."""
+    q = 7 if fmt == "int4" else 1
+    k = 3 * 16 * 128 + 77
+    xq = np.full((m, k), 127, np.int8)
+    xq[1::2] = -127
+    w = np.full((4, k), q, np.int8)
+    w[1] = -q
+    w[2, ::2] = -q
+    w[3, : k // 2] = 0
+    qw = quantize_weight(w.astype(np.float32), fmt)
+    assert np.array_equal(qw.codes(), w)
+    got = matmul_int(xq, fmt, qw.data, threads=1, kernel=kernel)
+    assert got[0, 0] == k * q * 127
+    assert np.array_equal(got, matmul_int_reference(xq, w))
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_row_is_independent_of_neighbours_and_position(fmt):
     rng = np.random.default_rng(3)

@@ -11,6 +11,9 @@
  *    32 codes, and the activations are permuted once per call to match.
  *  - Every 32-byte weight chunk is loaded and decoded once and used for up to 8 rows held in
  *    registers (rows 9..16 take a second pass over the same channel, which is then in L1).
+ *  - Within a block of up to 8 rows the activations are interleaved by chunk ([chunk][row][32 * cpb]),
+ *    so one channel's pass reads them as a single forward stream (the hardware prefetcher keeps it
+ *    in L1 better than 8 streams 4 KiB apart: 10-20% at 8 rows, 4096 x 4096).
  *  - int8: maddubs(|w| as u8, s8) then madd with ones into int32. For 1-2 rows the s8 operand is
  *    sign(x, w) (pair sums <= 2*127*127); for 3+ rows it is x ^ (w < 0 ? 0xFF : 0) = x or -x - 1
  *    (pair sums <= 2*127*128 < 32767) and sum(|w| over w < 0) is added back per channel: vpsignb
@@ -44,7 +47,8 @@ static const int BIAS[3] = {0, 8, 1};     /* biased code = code + BIAS */
 typedef struct {
     int fmt;
     int64_t m, n, nbytes, xstride;
-    const int8_t *xs;     /* [m, xstride] activation codes in kernel order, zero padded */
+    const int8_t *xs;     /* m * xstride activation codes in kernel order, zero padded, row blocks
+                           * of RB rows interleaved by chunk (act_offset) */
     const int32_t *xcorr; /* [m] BIAS * sum(xq[r]) */
     const uint8_t *w;     /* [n, nbytes] packed codes (format v1) */
     const float *sa, *sw; /* [m], [n]; NULL -> write int32 acc instead of float y */
@@ -60,6 +64,25 @@ static inline int32_t hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* out[r] += sum of the 8 lanes of acc[r] + corr, r < R, modulo 2^32 (biased partial sums may wrap;
+ * the final values fit). For 4+ rows, one transposed reduction (vphaddd) instead of R scalar ones. */
+static inline __attribute__((always_inline)) void add_hsums(int32_t *out, const __m256i *acc, int R, uint32_t corr) {
+    if (R < 4) {
+        for (int r = 0; r < R; r++) out[r] = (int32_t)((uint32_t)out[r] + (uint32_t)hsum_epi32(acc[r]) + corr);
+        return;
+    }
+    const __m256i z = _mm256_setzero_si256();
+    __m256i a[8];
+    for (int r = 0; r < 8; r++) a[r] = r < R ? acc[r] : z;
+    __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+    __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(a[4], a[5]), _mm256_hadd_epi32(a[6], a[7]));
+    /* lane halves: h0 = [rows 0-3 low half, rows 0-3 high half], h1 likewise for rows 4-7 */
+    __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+    uint32_t lanes[8];
+    _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi32(s, _mm256_set1_epi32((int)corr)));
+    for (int r = 0; r < R; r++) out[r] = (int32_t)((uint32_t)out[r] + lanes[r]);
+}
+
 /* Chunk c of a packed row: a plain load, or, for the last partial chunk, a zero-padded copy. */
 static inline __m256i load_chunk(const uint8_t *wrow, int64_t c, int64_t nbytes) {
     if ((c + 1) * 32 <= nbytes) return _mm256_loadu_si256((const __m256i *)(wrow + 32 * c));
@@ -68,12 +91,13 @@ static inline __m256i load_chunk(const uint8_t *wrow, int64_t c, int64_t nbytes)
     return _mm256_loadu_si256((const __m256i *)buf);
 }
 
-/* The dot products of one channel (packed row wrow) over chunks [c0, c1) with R activation rows
- * (xs, row stride xstride), added to out[0..R). c1 is at most the number of full chunks, except
- * for one call that covers the last (partial) chunk alone. */
+/* The dot products of one channel (packed row wrow) over chunks [c0, c1) with the R activation rows
+ * of one row block (xs; chunk c of row r at xs + c * cstride + r * 32 * cpb), added to out[0..R).
+ * c1 is at most the number of full chunks, except for one call that covers the last (partial)
+ * chunk alone. */
 #define DOT_BEGIN(NAME)                                                                                    \
     static inline __attribute__((always_inline)) void NAME(const uint8_t *wrow, int64_t nbytes, int64_t c0, \
-                                                           int64_t c1, const int8_t *xs, int64_t xstride, \
+                                                           int64_t c1, const int8_t *xs, int64_t cstride, \
                                                            int R, int32_t *out)
 
 DOT_BEGIN(dot_int8) {
@@ -86,7 +110,7 @@ DOT_BEGIN(dot_int8) {
         __m256i aw = _mm256_abs_epi8(w);
         if (R <= 2) { /* sign form: fewest uops per chunk, for the memory-bound 1-2 row calls */
             for (int r = 0; r < R; r++) {
-                __m256i x = _mm256_loadu_si256((const __m256i *)(xs + r * xstride + 32 * c));
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xs + c * cstride + 32 * r));
                 __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
                 acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, ones));
             }
@@ -94,7 +118,7 @@ DOT_BEGIN(dot_int8) {
             __m256i m = _mm256_cmpgt_epi8(zero, w); /* 0xFF where w < 0 */
             neg = _mm256_add_epi64(neg, _mm256_sad_epu8(_mm256_and_si256(aw, m), zero));
             for (int r = 0; r < R; r++) {
-                __m256i x = _mm256_loadu_si256((const __m256i *)(xs + r * xstride + 32 * c));
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xs + c * cstride + 32 * r));
                 /* x ^ m = x, or -x - 1 where w < 0: |w| * (x ^ m) = w * x - |w| there; the pair sums are
                  * <= 2 * 127 * 128 < 32767, and sum(|w|, w < 0) is added back below */
                 __m256i p = _mm256_maddubs_epi16(aw, _mm256_xor_si256(x, m));
@@ -103,59 +127,52 @@ DOT_BEGIN(dot_int8) {
         }
     }
     /* the sad lanes are < 2^32, so their low dwords hold them and the high dwords are 0 */
-    uint32_t corr = (uint32_t)hsum_epi32(neg);
-    for (int r = 0; r < R; r++) out[r] = (int32_t)((uint32_t)out[r] + (uint32_t)hsum_epi32(acc[r]) + corr);
+    add_hsums(out, acc, R, (uint32_t)hsum_epi32(neg));
 }
 
+/* int4 / ternary: the int16 sums a16 of G chunks stay in registers; after each group they are
+ * widened into acc (memory, outside the hot loop: with R = 8, a16 + acc + the decoded codes would
+ * need more than the 16 ymm registers and the compiler spilled inside the inner loop). */
+#define GROUP_LOOP(G, BODY)                                                                                \
+    __m256i acc[RB], a16[RB];                                                                              \
+    const __m256i ones = _mm256_set1_epi16(1);                                                             \
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_si256();                                           \
+    for (int64_t g = c0; g < c1; g += (G)) {                                                               \
+        int64_t ge = g + (G) < c1 ? g + (G) : c1;                                                          \
+        for (int r = 0; r < R; r++) a16[r] = _mm256_setzero_si256();                                       \
+        for (int64_t c = g; c < ge; c++) { BODY }                                                          \
+        for (int r = 0; r < R; r++) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(a16[r], ones));    \
+    }                                                                                                      \
+    add_hsums(out, acc, R, 0);
+
 DOT_BEGIN(dot_int4) {
-    __m256i acc[RB], a16[RB];
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x88);
-    for (int r = 0; r < R; r++) acc[r] = a16[r] = _mm256_setzero_si256();
-    for (int64_t c = c0; c < c1; c++) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x88);
+    GROUP_LOOP(4, {
+        const int8_t *x = xs + c * cstride;
         __m256i w = _mm256_xor_si256(load_chunk(wrow, c, nbytes), flip);
-        __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
-        for (int r = 0; r < R; r++) {
-            const int8_t *x = xs + r * xstride + 64 * c;
-            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x)),
-                                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32))));
-            a16[r] = _mm256_add_epi16(a16[r], p); /* <= 4 chunks * 2 * 2 * 15 * 127 = 30480 */
-        }
-        if (((c - c0) & 3) == 3 || c == c1 - 1)
-            for (int r = 0; r < R; r++) {
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(a16[r], ones));
-                a16[r] = _mm256_setzero_si256();
-            }
-    }
-    for (int r = 0; r < R; r++) out[r] += hsum_epi32(acc[r]);
+        __m256i lo = _mm256_and_si256(w, m4);
+        for (int r = 0; r < R; r++) /* <= 4 chunks * 2 * 2 * 15 * 127 = 30480 */
+            a16[r] = _mm256_add_epi16(a16[r], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x + 64 * r))));
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+        for (int r = 0; r < R; r++)
+            a16[r] = _mm256_add_epi16(a16[r], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 64 * r + 32))));
+    })
 }
 
 DOT_BEGIN(dot_ternary) {
-    __m256i acc[RB], a16[RB];
-    const __m256i ones = _mm256_set1_epi16(1), m2 = _mm256_set1_epi8(3);
+    const __m256i m2 = _mm256_set1_epi8(3);
     /* 2-bit field f -> code + 1: 0 (code 0) -> 1, 1 (+1) -> 2, 2 (-1) -> 0; 3 is refused at pack time. */
     const __m256i lut = _mm256_setr_epi8(1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                          1, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int r = 0; r < R; r++) acc[r] = a16[r] = _mm256_setzero_si256();
-    for (int64_t c = c0; c < c1; c++) {
+    GROUP_LOOP(16, {
+        const int8_t *x = xs + c * cstride;
         __m256i w = load_chunk(wrow, c, nbytes);
-        __m256i f0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, m2));
-        __m256i f1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 2), m2));
-        __m256i f2 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), m2));
-        __m256i f3 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 6), m2));
-        for (int r = 0; r < R; r++) {
-            const __m256i *x = (const __m256i *)(xs + r * xstride + 128 * c);
-            __m256i p = _mm256_add_epi16(
-                _mm256_add_epi16(_mm256_maddubs_epi16(f0, _mm256_loadu_si256(x)), _mm256_maddubs_epi16(f1, _mm256_loadu_si256(x + 1))),
-                _mm256_add_epi16(_mm256_maddubs_epi16(f2, _mm256_loadu_si256(x + 2)), _mm256_maddubs_epi16(f3, _mm256_loadu_si256(x + 3))));
-            a16[r] = _mm256_add_epi16(a16[r], p); /* <= 16 chunks * 4 * 2 * 2 * 127 = 32512 */
+        for (int s = 0; s < 4; s++) { /* <= 16 chunks * 4 * 2 * 2 * 127 = 32512 */
+            __m256i f = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 2 * s), m2));
+            for (int r = 0; r < R; r++)
+                a16[r] = _mm256_add_epi16(a16[r], _mm256_maddubs_epi16(f, _mm256_loadu_si256((const __m256i *)(x + 128 * r + 32 * s))));
         }
-        if (((c - c0) & 15) == 15 || c == c1 - 1)
-            for (int r = 0; r < R; r++) {
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(a16[r], ones));
-                a16[r] = _mm256_setzero_si256();
-            }
-    }
-    for (int r = 0; r < R; r++) out[r] += hsum_epi32(acc[r]);
+    })
 }
 
 #define GEN(NAME)                                                                                        \
@@ -178,43 +195,28 @@ GEN(dot_ternary)
 
 typedef void (*dot_fn)(const uint8_t *, int64_t, int64_t, int64_t, const int8_t *, int64_t, int, int32_t *);
 
-/* Optional cache blocking: channels NBLK at a time, K in blocks of KBLK chunks. Measured slower on
- * the Zen 4 VM (4096x4096 int8, 8 rows: 4.2 ms unblocked vs 6.9-11 ms for 16x32, 8x64, 32x16), as
- * the activation rows fit L1/L2 anyway, so the default is off (one channel, all of K). Integer sums:
- * blocking cannot change a bit. */
-#ifndef NBLK
-#define NBLK 1
-#endif
-#ifndef KBLK
-#define KBLK (1 << 30)
-#endif
-
+/* One channel at a time over all of K. Cache blocking (several channels per K block) measured slower
+ * on the Zen 4 VM at every size tried (16x32, 8x64, 4x32, 2x64 channels x chunks): the weight rows
+ * then stream as several interleaved page-sized pieces, which the hardware prefetcher follows worse
+ * than one stream; at 1 row, where memory sets the pace, it lost 20-50%. */
 static void *run_job(void *arg) {
     const job_t *j = (const job_t *)arg;
     dot_fn dot = j->fmt == FMT_INT8 ? dot_int8_rows : (j->fmt == FMT_INT4 ? dot_int4_rows : dot_ternary_rows);
-    int32_t acc[NBLK][2 * RB];
-    int64_t nfull = j->nbytes / 32, nch = (j->nbytes + 31) / 32;
-    for (int64_t b0 = j->n0; b0 < j->n1; b0 += NBLK) {
-        int64_t nb = j->n1 - b0 < NBLK ? j->n1 - b0 : NBLK;
-        memset(acc, 0, sizeof acc);
-        for (int64_t c0 = 0; c0 < nch; c0 += KBLK) {
-            int64_t c1 = c0 + KBLK < nfull ? c0 + KBLK : nfull;
-            for (int64_t i = 0; i < nb; i++) {
-                const uint8_t *wrow = j->w + (b0 + i) * j->nbytes;
-                for (int64_t r0 = 0; r0 < j->m; r0 += RB) {
-                    int R = (int)(j->m - r0 < RB ? j->m - r0 : RB);
-                    const int8_t *xs = j->xs + r0 * j->xstride;
-                    if (c1 > c0) dot(wrow, j->nbytes, c0, c1, xs, j->xstride, R, acc[i] + r0);
-                    if (c0 + KBLK >= nch && nfull < nch) dot(wrow, j->nbytes, nfull, nch, xs, j->xstride, R, acc[i] + r0);
-                }
-            }
+    int64_t nfull = j->nbytes / 32, nch = (j->nbytes + 31) / 32, cb = 32 * CPB[j->fmt];
+    for (int64_t i = j->n0; i < j->n1; i++) {
+        const uint8_t *wrow = j->w + i * j->nbytes;
+        int32_t acc[2 * RB] = {0};
+        for (int64_t r0 = 0; r0 < j->m; r0 += RB) {
+            int R = (int)(j->m - r0 < RB ? j->m - r0 : RB);
+            const int8_t *xs = j->xs + r0 * j->xstride; /* row block: [chunk][R rows][cb] */
+            if (nfull > 0) dot(wrow, j->nbytes, 0, nfull, xs, R * cb, R, acc + r0);
+            if (nfull < nch) dot(wrow, j->nbytes, nfull, nch, xs, R * cb, R, acc + r0);
         }
-        for (int64_t i = 0; i < nb; i++)
-            for (int64_t r = 0; r < j->m; r++) {
-                int32_t a = (int32_t)((uint32_t)acc[i][r] - (uint32_t)j->xcorr[r]);
-                if (j->sa) j->y[r * j->n + b0 + i] = ((float)a * j->sa[r]) * j->sw[b0 + i];
-                else j->acc[r * j->n + b0 + i] = a;
-            }
+        for (int64_t r = 0; r < j->m; r++) {
+            int32_t a = (int32_t)((uint32_t)acc[r] - (uint32_t)j->xcorr[r]);
+            if (j->sa) j->y[r * j->n + i] = ((float)a * j->sa[r]) * j->sw[i];
+            else j->acc[r * j->n + i] = a;
+        }
     }
     return NULL;
 }
@@ -254,18 +256,25 @@ static void run_all(job_t *base, int threads) {
 }
 
 /* Kernel order: code k of chunk c (C = 32 * cpb codes) sits at byte j, field s of the chunk
- * (l = k - c*C, j = l / cpb, s = l % cpb) and is multiplied with xs[c*C + 32*s + j]. */
-static void to_kernel_order(int fmt, const int8_t *q, int64_t k, int8_t *xs, int64_t xstride) {
-    memset(xs, 0, (size_t)xstride);
+ * (l = k - c*C, j = l / cpb, s = l % cpb) and is multiplied with activation byte 32*s + j of chunk c.
+ * Rows come in blocks of RB; block b (rows RB*b .. RB*b + Rb - 1) starts at xs + RB*b*xstride and
+ * holds chunk c of its row i at (c * Rb + i) * C, so one pass over a channel reads it front to back. */
+static int64_t act_offset(int64_t r, int64_t m, int64_t xstride, int64_t c, int64_t C) {
+    int64_t b = r / RB, rb = m - RB * b < RB ? m - RB * b : RB;
+    return RB * b * xstride + (c * rb + r % RB) * C;
+}
+
+static void to_kernel_order(int fmt, const int8_t *q, int64_t k, int8_t *xs, int64_t xstride, int64_t r, int64_t m) {
     int cpb = CPB[fmt];
-    if (cpb == 1) {
-        memcpy(xs, q, (size_t)k);
-        return;
-    }
     int64_t C = 32 * cpb;
-    for (int64_t i = 0; i < k; i++) {
-        int64_t c = i / C, l = i - c * C;
-        xs[c * C + 32 * (l % cpb) + l / cpb] = q[i];
+    for (int64_t c = 0; c * C < xstride; c++) {
+        int8_t *dst = xs + act_offset(r, m, xstride, c, C);
+        memset(dst, 0, (size_t)C);
+        int64_t n = k - c * C < C ? k - c * C : C; /* codes of this chunk (0 in the zero padding) */
+        const int8_t *src = q + c * C;
+        if (cpb == 1) memcpy(dst, src, (size_t)(n > 0 ? n : 0));
+        else
+            for (int64_t l = 0; l < n; l++) dst[32 * (l % cpb) + l / cpb] = src[l];
     }
 }
 
@@ -347,7 +356,7 @@ int onebit_hi_gemm_int(int fmt, const int8_t *xq, int64_t m, int64_t k, const ui
     if (!xs) return -3;
     int32_t xcorr[2 * RB];
     for (int64_t r = 0; r < m; r++) {
-        to_kernel_order(fmt, xq + r * k, k, xs + r * xstride, xstride);
+        to_kernel_order(fmt, xq + r * k, k, xs, xstride, r, m);
         xcorr[r] = BIAS[fmt] * sum_codes(xq + r * k, k);
     }
     job_t job = {fmt, m, n, nbytes, xstride, xs, xcorr, w, NULL, NULL, NULL, acc, 0, n};
@@ -372,7 +381,7 @@ int onebit_hi_matmul(int fmt, const float *x, int64_t m, int64_t k, const uint8_
             free(buf);
             return (int)(-1 - r);
         }
-        to_kernel_order(fmt, q, k, xs + r * xstride, xstride);
+        to_kernel_order(fmt, q, k, xs, xstride, r, m);
         xcorr[r] = BIAS[fmt] * sum_codes(q, k);
     }
     job_t job = {fmt, m, n, nbytes, xstride, xs, xcorr, w, sa, sw, y, NULL, 0, n};
