@@ -267,6 +267,12 @@ static int64_t act_offset(int64_t r, int64_t m, int64_t xstride, int64_t c, int6
 static void to_kernel_order(int fmt, const int8_t *q, int64_t k, int8_t *xs, int64_t xstride, int64_t r, int64_t m) {
     int cpb = CPB[fmt];
     int64_t C = 32 * cpb;
+    if (cpb == 1 && m - RB * (r / RB) == 1) { /* a lone row in its block: the natural order */
+        int8_t *dst = xs + RB * (r / RB) * xstride;
+        memcpy(dst, q, (size_t)k);
+        memset(dst + k, 0, (size_t)(xstride - k));
+        return;
+    }
     for (int64_t c = 0; c * C < xstride; c++) {
         int8_t *dst = xs + act_offset(r, m, xstride, c, C);
         memset(dst, 0, (size_t)C);
