@@ -22,6 +22,7 @@ import numpy as np
 
 from onebit_engine.gemm.host_int import HostIntBackend
 from onebit_engine.generate import generate
+from onebit_engine.membw import ReadStream, copy_seconds
 from onebit_engine.quant import FORMATS
 from onebit_engine.synthetic import hf_config_dict, random_weights, tiny_config
 from onebit_engine.target import Target
@@ -46,27 +47,33 @@ def _tmin(f, reps):
 
 
 def kernel(args):
+    """1 / 8 / 16-row calls on a 4096 x 4096 layer, each repeat interleaved with a read stream at the same
+    thread count (the roofline of a kernel that only reads its weights) and a 1-thread numpy copy."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4096, 4096)).astype(np.float32)
-    src = np.ones(256 * 2**20, np.uint8)
+    src = np.ones(256 * 2**20, np.uint8)  # the copy yardstick of earlier runs; it reads ~2x slower at 64-128 MiB here
     dst = np.empty_like(src)
-    bw = 2 * src.nbytes / _tmin(lambda: np.copyto(dst, src), 10)
-    print(f"numpy copy bandwidth (read + write bytes): {bw / 1e9:.1f} GB/s")
-    print()
-    print("| format | threads | 1 row ms | 8 rows ms | 16 rows ms | 8-row / 1-row | 1-row GB/s | % of copy bw |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| format | threads | 1 row ms | 8 rows ms | 16 rows ms | 8-row / 1-row | 1-row GB/s "
+          "| read stream GB/s | % of read stream | copy GB/s (r+w, 1 thread) | % of copy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for fmt in FORMATS:
         for th in [int(t) for t in args.threads.split(",")]:
             b = HostIntBackend(weight_format=fmt, threads=th)
             p = b.pack(w)
             xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8, 16)}
             best = {m: float("inf") for m in xs}
-            for _ in range(args.reps):  # interleaved, so a busy spell hits every row count alike
+            stream = ReadStream(threads=th)
+            t_read = t_copy = float("inf")
+            for _ in range(args.reps):  # interleaved, so a busy spell hits every figure alike
+                t_read = min(t_read, stream.seconds())
+                t_copy = min(t_copy, copy_seconds(src, dst))
                 for m, x in xs.items():
                     best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
-            gbs = p.data.nbytes / best[1] / 1e9
+            stream.close()
+            gbs, read, copy = p.data.nbytes / best[1] / 1e9, stream.nbytes / t_read / 1e9, 2 * src.nbytes / t_copy / 1e9
             print(f"| {fmt} | {th} | {best[1]*1e3:.2f} | {best[8]*1e3:.2f} | {best[16]*1e3:.2f} | "
-                  f"{best[8]/best[1]:.2f} | {gbs:.1f} | {gbs * 1e9 / bw:.0%} |", flush=True)
+                  f"{best[8]/best[1]:.2f} | {gbs:.1f} | {read:.1f} | {gbs / read:.0%} | {copy:.1f} | {gbs / copy:.0%} |",
+                  flush=True)
 
 
 def floor(args):

@@ -1,8 +1,11 @@
 """host-int benchmarks (run by `nox -s bench`; numbers only, no timed asserts).
 
 Groups ``host-int-<fmt>-4096x4096-t<threads>`` hold rows 1, 8 and 16: the verify(8)/step ratio is
-rows=8 over rows=1. ``memory-bandwidth`` is a numpy copy of 256 MiB (read + write bytes counted);
-the 1-row bandwidth fraction is ``packed_weight_bytes / time(rows=1)`` over it. The figures and
+rows=8 over rows=1. ``memory-bandwidth`` holds a read stream of 128 MiB on 1 and 2 threads (the
+roofline of a kernel that only reads its weights; ``onebit_engine.membw``) and a numpy copy of
+256 MiB (read + write bytes counted); the 1-row bandwidth fraction is
+``packed_weight_bytes / time(rows=1)`` over them. tools/host_int_report.py interleaves the same
+measurements, which is what docs/benchmarks.md quotes. The figures and
 the commands are in docs/host-int.md. With benchmarks disabled (the host suite) every test runs
 once on a small shape, so the setup stays light.
 """
@@ -11,6 +14,7 @@ import pytest
 
 from onebit_engine.gemm import int_kernels
 from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.membw import ReadStream
 from onebit_engine.quant import FORMATS
 
 THREADS = [1, 2]  # explicit: the native kernel starts its own threads; numba needs NUMBA_NUM_THREADS >= 2
@@ -32,6 +36,17 @@ def test_numpy_copy_bandwidth(benchmark, size):
     dst = np.empty_like(src)
     benchmark(np.copyto, dst, src)
     benchmark.extra_info["bytes_moved"] = 2 * src.nbytes
+
+
+@pytest.mark.benchmark(group="memory-bandwidth")
+@pytest.mark.parametrize("threads", THREADS)
+def test_read_stream_bandwidth(benchmark, size, threads):
+    stream = ReadStream(nbytes=(128 if size == 4096 else 1) * 2**20, threads=threads)
+    try:
+        benchmark(stream.parts_max)
+    finally:
+        stream.close()
+    benchmark.extra_info["bytes_read"] = stream.nbytes
 
 
 @pytest.mark.parametrize("threads", THREADS)

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - exercised by forcing kernel="numpy"
 
 HAVE_NUMBA = numba is not None
 KERNEL_SETS = {
-    "native": "c-avx2-maddubs-r8-v3",
+    "native": "c-avx2-maddubs-r8-v4",
     "numba": "numba-i16madd-nb16-v1",
     "numpy": "numpy-f64blas-v1",
 }

@@ -1,0 +1,25 @@
+"""The read-stream probe must read every byte of its buffer, on any number of threads."""
+import numpy as np
+import pytest
+
+from onebit_engine.membw import ReadStream, copy_seconds
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("where", [0, 4096, -1])
+def test_read_stream_sees_every_byte(threads, where):
+    rs = ReadStream(nbytes=3 * 2**16 + 5, threads=threads)
+    try:
+        assert rs.parts_max() == 1
+        rs.buf[where] = 200  # a byte in the first, a middle or the last part
+        assert rs.parts_max() == 200 and rs.seconds() > 0
+        assert sum(p.nbytes for p in rs.parts) == rs.nbytes
+    finally:
+        rs.close()
+
+
+def test_copy_and_errors():
+    src, dst = np.arange(1000, dtype=np.uint8), np.zeros(1000, np.uint8)
+    assert copy_seconds(src, dst) >= 0 and np.array_equal(src, dst)
+    with pytest.raises(ValueError, match="threads = 0"):
+        ReadStream(nbytes=10, threads=0)
