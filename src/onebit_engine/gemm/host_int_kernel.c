@@ -235,7 +235,7 @@ static void *run_job(void *arg) {
 }
 
 /* Threads actually used: at most `threads`, and only when each gets >= 256 KiB of packed weights
- * (a thread start costs ~10-30 us). Bits do not depend on it. */
+ * (waking a pooled worker costs up to tens of us when it sleeps). Bits do not depend on it. */
 static int64_t threads_for(int64_t n, int64_t nbytes, int threads) {
     int64_t t = (n * nbytes) / (256 * 1024);
     if (t > threads) t = threads;
@@ -243,6 +243,10 @@ static int64_t threads_for(int64_t n, int64_t nbytes, int threads) {
     if (t > MAX_THREADS) t = MAX_THREADS;
     return t < 1 ? 1 : t;
 }
+
+static void run_job_v(void *arg) { run_job(arg); }
+
+#include "host_int_pool.h"
 
 static void run_all(job_t *base, int threads) {
     int64_t t = threads_for(base->n, base->nbytes, threads);
@@ -253,13 +257,15 @@ static void run_all(job_t *base, int threads) {
         return;
     }
     job_t jobs[MAX_THREADS];
-    pthread_t tid[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     for (int64_t i = 0; i < t; i++) {
         jobs[i] = *base;
         jobs[i].n0 = base->n * i / t;
         jobs[i].n1 = base->n * (i + 1) / t;
     }
+    if (pool_run(run_job_v, jobs, sizeof(job_t), (int)t) == 0) return;
+    /* the pool is in use by another thread's call, or could not start: threads of our own */
+    pthread_t tid[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
     for (int64_t i = 1; i < t; i++) started[i] = pthread_create(&tid[i], NULL, run_job, &jobs[i]) == 0;
     run_job(&jobs[0]);
     for (int64_t i = 1; i < t; i++) {

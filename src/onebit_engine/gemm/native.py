@@ -24,6 +24,7 @@ import numpy as np
 from ..quant.formats import QuantWeight
 
 SOURCE = Path(__file__).with_name("host_int_kernel.c")
+HEADERS = (Path(__file__).with_name("host_int_pool.h"),)  # included by SOURCE
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 ABI_VERSION = 1
 FORMAT_IDS = {"int8": 0, "int4": 1, "ternary": 2}
@@ -47,8 +48,10 @@ def _zig_version() -> str:
 
 
 def build_id() -> str:
-    """sha256 (16 hex digits) of the kernel source and flags (the compiler version is added at build)."""
+    """sha256 (16 hex digits) of the kernel source, its headers and flags (the compiler version is added at build)."""
     h = hashlib.sha256(SOURCE.read_bytes())
+    for header in HEADERS:
+        h.update(header.read_bytes())
     h.update(" ".join(FLAGS).encode())
     return h.hexdigest()[:16]
 
