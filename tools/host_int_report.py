@@ -5,6 +5,7 @@ and a cProfile of the engine's decode step.
     python tools/host_int_report.py quality [--tokens 300] [--scale 1.0]
     python tools/host_int_report.py quality-trained [--tokens 300]   (the built-in trained target)
     python tools/host_int_report.py decode  [--tokens 64] [--threads 1]
+    python tools/host_int_report.py model-verify [--threads 1,2] [--reps 60]   (verify of 8 rows / 1-row step)
     python tools/host_int_report.py profile [--tokens 32] [--format int8]
     python tools/host_int_report.py floor   [--reps 60]    (compute floor of the int8 mix, 1 thread)
 
@@ -46,6 +47,14 @@ def _tmin(f, reps):
     return best
 
 
+def _cold_calls(b, p, small, xs, best):
+    """Time one call per row count into best (minimum so far): each follows an untimed call on the small
+    layer, so the kernel's workers are awake while p's weights stay as cold as the caller left them."""
+    for m, x in xs.items():
+        b.matmul(x, small)
+        best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
+
+
 def kernel(args):
     """1 / 8 / 16-row calls on a 4096 x 4096 layer, each repeat interleaved with a read stream at the same
     thread count (the roofline of a kernel that only reads its weights) and a 1-thread numpy copy.
@@ -69,9 +78,7 @@ def kernel(args):
             for _ in range(args.reps):  # interleaved, so a busy spell hits every figure alike
                 t_read = min(t_read, stream.seconds())
                 t_copy = min(t_copy, copy_seconds(src, dst))
-                for m, x in xs.items():
-                    b.matmul(x, small)
-                    best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
+                _cold_calls(b, p, small, xs, best)
             stream.close()
             gbs, read, copy = p.data.nbytes / best[1] / 1e9, stream.nbytes / t_read / 1e9, 2 * src.nbytes / t_copy / 1e9
             print(f"| {fmt} | {th} | {best[1]*1e3:.2f} | {best[8]*1e3:.2f} | {best[16]*1e3:.2f} | "
@@ -95,12 +102,15 @@ def floor(args):
         probe = json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
     rng = np.random.default_rng(0)
     b = HostIntBackend(weight_format="int8", threads=1)
-    p = b.pack(rng.standard_normal((4096, 4096)).astype(np.float32))
+    w = rng.standard_normal((4096, 4096)).astype(np.float32)
+    p, small = b.pack(w), b.pack(w[:1024])
     xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8)}
     best = {m: float("inf") for m in xs}
-    for _ in range(args.reps):
-        for m, x in xs.items():
-            best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
+    stream = ReadStream()
+    for _ in range(args.reps):  # cold weights, as in the kernel table (the read stream evicts them)
+        stream.seconds()
+        _cold_calls(b, p, small, xs, best)
+    stream.close()
     one, eight = best[1] * 1e3, best[8] * 1e3
     print(f"multiply uops: vpmaddwd {probe['vpmaddwd_per_ns']:.2f}/ns, vpmaddubsw {probe['vpmaddubsw_per_ns']:.2f}/ns; "
           f"vpmaddwd + vpsignb on independent chains {probe['vpmaddwd_with_vpsignb_per_ns']:.2f} uops/ns in all "
@@ -242,6 +252,35 @@ def decode(args):
         print(f"host-int {fmt} (row_set=1, threads={args.threads}): {best[fmt]:.1f} tokens/s = {best[fmt] / hf:.2f}x HF")
 
 
+def model_verify(args):
+    """The issue's question at model level: a verify of 8 rows (row set 8, one GEMM row set) against the
+    fastest plain step (1 row, row set 1) of the medium config, same weights and backend. Each repeat
+    times both on copies of one prefilled state (the copy is not timed); minimums of --reps."""
+    cfg = medium_config()
+    weights = random_weights(cfg, 0, 1.0)
+    prompt, rows = list(range(1, 9)), list(range(9, 17))
+    print("| backend | threads | plain step, 1 row, ms | verify, 8 rows, ms | verify / step |")
+    print("|---|---|---|---|---|")
+    systems = [("reference (float32 numpy)", "reference", 1)]
+    systems += [(f"host-int {fmt}", fmt, int(th)) for fmt in FORMATS for th in args.threads.split(",")]
+    for label, fmt, th in systems:
+        backend = "reference" if fmt == "reference" else HostIntBackend(weight_format=fmt, threads=th)
+        one, eight = (Target(cfg, weights, backend=backend, row_set=rs) for rs in (1, 8))
+        s1, s8 = one.new_state(), eight.new_state()
+        one.forward(prompt, s1)
+        eight.forward(prompt, s8)
+        t_step = t_verify = float("inf")
+        for _ in range(args.reps):
+            a, b = s1.copy(), s8.copy()
+            t = time.perf_counter()
+            one.forward(rows[:1], a)
+            t_step = min(t_step, time.perf_counter() - t)
+            t = time.perf_counter()
+            eight.verify(rows, b)
+            t_verify = min(t_verify, time.perf_counter() - t)
+        print(f"| {label} | {th} | {t_step * 1e3:.2f} | {t_verify * 1e3:.2f} | {t_verify / t_step:.2f} |", flush=True)
+
+
 def profile(args):
     cfg = medium_config()
     t = _target(cfg, HostIntBackend(weight_format=args.format, threads=1), 1.0)
@@ -256,7 +295,7 @@ def profile(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["kernel", "quality", "quality-trained", "decode", "profile", "floor"])
+    ap.add_argument("what", choices=["kernel", "model-verify", "quality", "quality-trained", "decode", "profile", "floor"])
     ap.add_argument("--threads", default="1")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=None)
@@ -266,7 +305,7 @@ def main():
     if args.what in ("decode", "profile"):
         args.threads = int(args.threads)
     args.tokens = args.tokens or {"quality": 300, "quality-trained": 300, "decode": 64, "profile": 32}.get(args.what, 0)
-    {"kernel": kernel, "quality": quality, "quality-trained": quality_trained, "decode": decode, "profile": profile, "floor": floor}[args.what](args)
+    {"kernel": kernel, "model-verify": model_verify, "quality": quality, "quality-trained": quality_trained, "decode": decode, "profile": profile, "floor": floor}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -195,9 +195,11 @@ def render(data: dict, command: str, plot_name: str) -> tuple[str, list]:
 HOST_INT_RUNS = (
     ("6. host-int GEMM kernel: 1 / 8 / 16 rows on a 4096 x 4096 layer, and 1-row bandwidth",
      ["tools/host_int_report.py", "kernel", "--threads", "1,2", "--reps", "40"]),
-    ("7. host-int plain decode of the medium config against HF transformers fp32 (one run, 1 thread each)",
+    ("7. The same at model level: a verify of 8 rows against a plain 1-row step (medium config of §8)",
+     ["tools/host_int_report.py", "model-verify", "--threads", "1,2", "--reps", "30"]),
+    ("8. host-int plain decode of the medium config against HF transformers fp32 (one run, 1 thread each)",
      ["tools/host_int_report.py", "decode", "--tokens", "48", "--threads", "1", "--reps", "3"]),
-    ("8. host-int int8: the 8-row / 1-row ratio this CPU allows (compute floor of the instruction mix)",
+    ("9. host-int int8: the 8-row / 1-row ratio this CPU allows (compute floor of the instruction mix)",
      ["tools/host_int_report.py", "floor", "--reps", "40"]),
 )
 

@@ -60,7 +60,7 @@ def test_a_sleeping_worker_wakes_and_more_threads_start_later():
     packed, x, want = _case()
     b2, b3 = HostIntBackend(threads=2, kernel="native"), HostIntBackend(threads=3, kernel="native")
     for b in (b2, b3, b2, b3):  # a 2-thread call with 2 workers started: one of them sits it out
-        time.sleep(0.01)  # >> the 200 us spin: the workers are asleep on the condition variable
+        time.sleep(0.05)  # >> the 2 ms spin: the workers are asleep on the condition variable
         assert np.array_equal(_within(60, lambda: b.matmul(x, packed)), want)
 
 

@@ -7,15 +7,18 @@
  * How: workers are started on first need and never exit. A call bumps `gen` and broadcasts; each
  * worker runs its share if it takes part, then decrements `pending`; the caller runs share 0 and
  * spins until `pending` is 0, so no worker can lag into the next call. Between calls a worker spins
- * for SPIN_NS (decode issues GEMMs tens of us apart), then sleeps on the condition variable: an idle
- * process holds no core. One call at a time uses the pool (trylock); a concurrent call from another
+ * for SPIN_NS, yielding its core every few us, then sleeps on the condition variable: an idle
+ * process holds no core. 2 ms because a verify's GEMMs come up to ~1 ms apart (the delta-net
+ * recurrence runs between them): with 200 us the workers slept and woke for most calls, and a
+ * 2-thread medium verify took 25-28 ms instead of 19-20 ms. One call at a time uses the pool (trylock); a concurrent call from another
  * thread, or a failure to start a worker, falls back to pthread_create / join (same bits: the split
  * is the same). After fork() the child starts with no workers (pthread_atfork).
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 
-#define SPIN_NS 200000
+#define SPIN_NS 2000000
 
 typedef void (*pool_fn)(void *);
 
@@ -47,7 +50,9 @@ static void *pool_worker(void *arg) {
         int64_t t0 = now_ns();
         for (int it = 1; (g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen; it++) {
             _mm_pause();
-            if ((it & 255) == 0 && now_ns() - t0 > SPIN_NS) {
+            if ((it & 255) != 0) continue;
+            sched_yield(); /* every few us: a runnable thread on this core (BLAS, say) goes first */
+            if (now_ns() - t0 > SPIN_NS) {
                 pthread_mutex_lock(&pool.wake_lock);
                 while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen)
                     pthread_cond_wait(&pool.wake, &pool.wake_lock);
