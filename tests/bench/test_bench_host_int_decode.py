@@ -3,8 +3,11 @@
 Group ``decode-medium``: hidden 768, 12 layers (3 delta-net : 1 attention), vocab 32000, intermediate
 2048 (``tools/host_int_report.py medium_config``), random weights, 32 new tokens after an 8-token
 prompt; one benchmark round = one whole ``generate`` (prefill included; compare the rounds, or use
-``extra_info["tokens_per_s"]``, which excludes the prefill). Target: host-int >= 4x HF. With
-benchmarks disabled (the host suite) the tiny config runs once, so the setup stays light.
+``extra_info["tokens_per_s"]``, which excludes the prefill). Target: host-int >= 4x HF.
+
+Group ``model-verify-medium`` (or ``-tiny``): on the same config, a plain 1-row step (row set 1) and a
+verify of 8 rows (row set 8) of one prefilled state; verify(8) / step is the issue's ratio at model
+level. With benchmarks disabled (the host suite) the tiny config runs once, so the setup stays light.
 """
 import importlib.util
 import sys
@@ -68,3 +71,16 @@ def test_decode_hf_fp32(benchmark, cfg, new_tokens):
     assert out.shape[1] == len(PROMPT) + new_tokens
     benchmark.extra_info.update(tokens_per_s=(new_tokens - 1) / max(total - prefill, 1e-9), threads=THREADS)
     np.testing.assert_equal(out.shape[0], 1)
+
+
+@pytest.mark.parametrize("rows", [1, 8])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_model_verify_vs_step(benchmark, cfg, fmt, rows):
+    benchmark.group = ("model-verify-medium" if cfg.vocab_size == 32000 else "model-verify-tiny") + f"-{fmt}"
+    t = Target(cfg, random_weights(cfg, 0), backend=HostIntBackend(weight_format=fmt, threads=THREADS), row_set=rows)
+    state = t.new_state()
+    t.forward(PROMPT, state)
+    toks = list(range(9, 9 + rows))
+    run = t.forward if rows == 1 else t.verify
+    benchmark.pedantic(run, setup=lambda: ((toks, state.copy()), {}), rounds=15, warmup_rounds=1)
+    benchmark.extra_info.update(rows=rows, row_set=rows, kernel=t.backend.kernel, threads=THREADS)
