@@ -141,9 +141,10 @@ DOT_BEGIN(dot_int8) {
     add_hsums(out, acc, R, (uint32_t)hsum_epi32(neg));
 }
 
-/* int4 / ternary: the int16 sums a16 of G chunks stay in registers; after each group they are
- * widened into acc (memory, outside the hot loop: with R = 8, a16 + acc + the decoded codes would
- * need more than the 16 ymm registers and the compiler spilled inside the inner loop). */
+/* int4 / ternary: the int16 sums a16 of a group of G chunks stay in registers and are widened into acc
+ * after the group, outside the hot loop. v2 kept a16, acc (8 rows each) and all decoded fields live
+ * in one loop, more than the 16 ymm registers, and the compiler spilled accumulators on every chunk;
+ * now the hot loop holds a16, one decoded field and the constants (a few reloads remain at R = 8). */
 #define GROUP_LOOP(G, BODY)                                                                                \
     __m256i acc[RB], a16[RB];                                                                              \
     const __m256i ones = _mm256_set1_epi16(1);                                                             \
