@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from .protocol import own_draft_k
 from .session import Settings, k_list
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -32,8 +33,9 @@ def pytest_addoption(parser):
         help="prompt set: default, code, prose, random or all. Default: %(default)r")
     add("--specverify-num-prompts", metavar="N", type=int, default=10,
         help="number of prompts in the greedy-identity matrix. Default: %(default)r")
-    add("--specverify-k", metavar="K,K,...", type=k_list, default=(0, 1, 3),
-        help="draft counts k for the commit checks (the loop checks use the largest). Default: %(default)r")
+    add("--specverify-k", metavar="K,K,...", type=k_list, default=Settings.k_values,
+        help="draft counts k for the commit checks (the loop checks use the largest; those that run the "
+             "port's own draft at most its max_k). Default: %(default)r")
     add("--specverify-profile", metavar="NAME", default=None,
         help="tolerance profile (exact, fp32, fp16, npu; None: the port's declared one). Default: %(default)r")
     add("--specverify-seed", metavar="INT", type=int, default=0,
@@ -217,7 +219,8 @@ def check_greedy_identity(request, specverify_port, specverify_tolerance, specve
     def check(prompt, draft=None, *, k=None, max_new_tokens=None, **kw):
         __tracebackhide__ = True
         d = draft if draft is not None else _run(request, specverify_port.make_draft)
-        return _run(request, greedy_identity, specverify_port, prompt, d, k=k or s.spec_k,
+        k = k or (s.spec_k if draft is not None else own_draft_k(specverify_port, s.spec_k))
+        return _run(request, greedy_identity, specverify_port, prompt, d, k=k,
                     max_new_tokens=max_new_tokens or s.max_new_tokens, tol=specverify_tolerance, **kw)
 
     return check
@@ -237,12 +240,14 @@ def check_forced_acceptance(request, specverify_port, specverify_tolerance, spec
     return check
 
 
-def _loop_check(request, fn, port, tol, s):
-    """A loop check bound to the port: ``k`` and ``max_new_tokens`` default to the run's options."""
+def _loop_check(request, fn, port, tol, s, *, own_draft=False):
+    """A loop check bound to the port: ``k`` and ``max_new_tokens`` default to the run's options (for a
+    check that runs the port's own draft, k defaults to at most the port's ``max_k``)."""
 
     def check(prompt, k=None, max_new_tokens=None, **kw):
         __tracebackhide__ = True
-        return _run(request, fn, port, prompt, k=k or s.spec_k, max_new_tokens=max_new_tokens or s.max_new_tokens,
+        k = k or (own_draft_k(port, s.spec_k) if own_draft else s.spec_k)
+        return _run(request, fn, port, prompt, k=k, max_new_tokens=max_new_tokens or s.max_new_tokens,
                     tol=tol, **kw)
 
     return check
@@ -318,4 +323,5 @@ def check_draft_consistency(request, specverify_port, specverify_tolerance, spec
     draft in the port's greedy loop proposes what a fresh draft state with the same context proposes."""
     from .checks import draft_consistency
 
-    return _loop_check(request, draft_consistency, specverify_port, specverify_tolerance, specverify_settings)
+    return _loop_check(request, draft_consistency, specverify_port, specverify_tolerance, specverify_settings,
+                       own_draft=True)

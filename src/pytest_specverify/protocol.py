@@ -76,6 +76,10 @@ class DraftLike(Protocol):
 class SpecPort(Protocol):
     """The adapter a port implements (see docs/verify-your-port.md for a worked example).
 
+    Optional attribute ``max_k``: the largest k the port's *own* draft (``make_draft()``) can propose,
+    e.g. a DFlash block size minus 1; the checks that run that draft ask for at most that many (see
+    ``own_draft_k``). The checks that bring their own drafts are not limited by it.
+
     Attributes: ``name`` (shown in reports), ``vocab_size``, ``tolerance`` (the name of the port's
     declared tolerance profile, see ``tolerance.PROFILES``), ``commit_paths`` (the commit paths it
     implements; ``"replay"`` among them enables the replay check).
@@ -119,3 +123,14 @@ class PortOptions:
 def byte_encode(text: str, vocab_size: int) -> list[int]:
     """The fallback tokenizer: ``id = byte % vocab_size`` over the UTF-8 bytes."""
     return [b % vocab_size for b in text.encode("utf-8")]
+
+
+def own_draft_k(port: Any, k: int) -> int:
+    """k for a check that runs the port's own draft: ``min(k, port.max_k)`` when the port declares one."""
+    limit = getattr(port, "max_k", None)
+    if limit is None:
+        return k
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"port {getattr(port, 'name', port)!r} declares max_k = {limit!r}; it must be an int >= 1 "
+                         f"(the largest k its own draft proposes) or absent")
+    return min(k, limit)

@@ -25,7 +25,7 @@ class Settings:
     row_set: int | None = None
     prompt_set: str = "default"
     num_prompts: int = 10
-    k_values: tuple[int, ...] = (0, 1, 3)
+    k_values: tuple[int, ...] = (0, 1, 3, 7)  # 7: an 8-row verify (a common row set, and rows past a 4-slot buffer)
     profile: str | None = None
     seed: int = 0
     samples: int = 800

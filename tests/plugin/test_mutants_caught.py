@@ -7,14 +7,15 @@ from pytest_specverify.checks import commit_equivalence, draft_consistency, forc
 from pytest_specverify.fuzz import run_commit_fuzz
 from pytest_specverify.reprefill import decode_prefill_consistency
 from pytest_specverify.sampling import sampling_distribution
+from pytest_specverify.session import Settings
 from tests.ports import mutants
 
 PROMPT = "The capital of France is"
 K = 3
 
 
-def _commit(port):
-    return commit_equivalence(port, port.encode(PROMPT), (0, 1, K), profile(port.tolerance))
+def _commit(port, k_values=Settings.k_values):  # the battery's default k list
+    return commit_equivalence(port, port.encode(PROMPT), k_values, profile(port.tolerance))
 
 
 def _greedy(port):
@@ -67,6 +68,7 @@ TABLE = {
     "temperature_ignored_in_accept": ("sampling_distribution_T0.7", "round's first token x1 | t0 ~ p(. | t0)"),
     "prefill_conv_off_by_one": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
     "prefill_rope_offset": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
+    "checkpoint_ring_of_four": ("commit_equivalence", "commit path 'checkpoint', k=7"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0")}  # a second check that catches it
 
@@ -98,6 +100,11 @@ UNSEEN_BY = {
 @pytest.mark.parametrize("mutant,check", [(m, c) for m, cs in UNSEEN_BY.items() for c in cs])
 def test_the_output_checks_do_not_see_these(mutant, check):
     CHECKS[check](mutants.build(mutant))
+
+
+def test_the_checkpoint_ring_needs_more_than_four_rows():
+    """The old default k list (0, 1, 3) verifies at most 4 rows and passes the 4-slot ring."""
+    _commit(mutants.build("checkpoint_ring_of_four"), k_values=(0, 1, 3))
 
 
 @pytest.mark.parametrize("mutant", sorted(ALSO))

@@ -67,6 +67,20 @@ def _engine_mutants():
             state.pending.snapshot = {i: state.layers[i].copy() for i in state.pending.snapshot}
             return out
 
+    class CheckpointRingOfFour(Target):
+        """verify keeps the per-row delta-net checkpoints (commit path "checkpoint") in a ring of 4 slots,
+        so with more than 4 rows a later row overwrites the slot of row j; with at most 4 rows (k <= 3)
+        it is right, which is why the default k list reaches 7."""
+
+        def verify(self, tokens, state, **kw):
+            out = super().verify(tokens, state, **kw)
+            rows = state.pending.per_row
+            if rows:
+                for i, lst in rows.items():
+                    n = len(lst)
+                    rows[i] = [lst[max(j2 for j2 in range(n) if j2 % 4 == j % 4)] for j in range(n)]
+            return out
+
     class PrefillConvOffByOne(Target):
         """A prefill (several tokens from position 0) leaves the conv window one column late: it holds
         the K-1 pre-conv columns *before* the last one. Verify, commit and steps are right."""
@@ -81,7 +95,8 @@ def _engine_mutants():
             return out
 
     return {"prefill_conv_off_by_one": PrefillConvOffByOne, "conv_not_restored": ConvNotRestored, "recurrent_not_restored": RecurrentNotRestored,
-            "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify}
+            "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify,
+            "checkpoint_ring_of_four": CheckpointRingOfFour}
 
 
 class DraftStaleRowAfterPropose:
@@ -209,7 +224,8 @@ _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimSh
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept}
-ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify")
+ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
+                  "checkpoint_ring_of_four")
 NAMES = ENGINE_MUTANTS + ("draft_stale_row_after_propose",) + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
 

@@ -52,6 +52,12 @@ class OnebitPort:
     def state_arrays(self, state):
         return state.arrays()
 
+    @property
+    def max_k(self) -> "int | None":
+        """The draft's block size minus 1 (the engine's loop refuses more); None for a draft without one."""
+        block = int(getattr(getattr(self.make_draft(), "config", None), "block_size", 0) or 0)
+        return block - 1 if block > 1 else None
+
     # -- vocabulary and draft --------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is not None:

@@ -1,0 +1,55 @@
+"""A port's optional max_k bounds the k of the checks that run its own draft, and only those."""
+import types
+
+import pytest
+
+from pytest_specverify.protocol import PortOptions, own_draft_k
+from pytest_specverify.session import Settings
+
+
+def test_own_draft_k_clamps_and_refuses_nonsense():
+    assert own_draft_k(types.SimpleNamespace(), 7) == 7  # no max_k: no limit
+    assert own_draft_k(types.SimpleNamespace(max_k=3), 7) == 3
+    assert own_draft_k(types.SimpleNamespace(max_k=15), 7) == 7
+    with pytest.raises(ValueError, match="max_k = 0"):
+        own_draft_k(types.SimpleNamespace(name="p", max_k=0), 7)
+
+
+def test_onebit_port_declares_its_draft_block_and_the_default_k_reaches_it():
+    from pytest_specverify.adapters.onebit import make_port
+
+    port = make_port(PortOptions())
+    assert port.max_k == 7  # its synthetic DFlash draft has block size 8
+    assert max(Settings.k_values) == 7 and own_draft_k(port, 15) == 7
+
+
+def test_greedy_identity_fixture_uses_max_k_for_the_own_draft(pytester):
+    pytester.makeconftest('''
+import pytest
+from pytest_specverify.adapters.onebit import OnebitPort, make_port
+from pytest_specverify.protocol import PortOptions
+
+class Capped(OnebitPort):
+    max_k = 2  # pretend the draft proposes at most 2
+
+@pytest.fixture(scope="session")
+def specverify_port():
+    port = make_port(PortOptions())
+    port.__class__ = Capped
+    return port
+''')
+    pytester.makepyfile('''
+def test_k(check_greedy_identity, check_draft_consistency, specverify_port):
+    ids = specverify_port.encode("The capital of France is")
+    seen = []
+    inner = specverify_port.speculative_generate
+    def spy(*a, **kw):
+        seen.append(kw["k"])
+        return inner(*a, **kw)
+    specverify_port.speculative_generate = spy
+    check_greedy_identity(ids)
+    check_draft_consistency(ids)
+    assert set(seen) == {2}, seen
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "--specverify-k", "0,1,5")
+    result.assert_outcomes(passed=1)
