@@ -54,6 +54,12 @@ def test_sampling_distribution(check_sampling, specverify_port, temperature):
     check_sampling(specverify_port.encode("ab"), temperature=temperature)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])  # a q computed at T = 1 is right at 1.0 only
+def test_draft_sampling(check_draft_sampling, specverify_port, temperature):
+    report = check_draft_sampling(specverify_port.encode("The quick brown fox"), temperature=temperature)
+    print(f"draft token 1 vs its q: chi-square {report.metrics['chi2']}, TV {report.metrics['tv']:.4f}")
+
+
 def test_stateful_fuzz(check_fuzz, specverify_port):
     totals = check_fuzz(specverify_port.encode("Hello"), max_examples=10, steps=6)
     assert totals["zero_draft"] > 0 and totals["full_accepts"] > 0, totals

@@ -289,6 +289,22 @@ def check_sampling(request, specverify_port, specverify_settings, specverify_see
 
 
 @pytest.fixture
+def check_draft_sampling(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
+    """``check_draft_sampling(prompt_ids, temperature=1.0, samples=None, k=None)``: the port's own draft at
+    T > 0 draws each token from the q it reports (q rows are distributions, q[0] fixed for a fixed state,
+    first tokens ~ q[0] by chi-square)."""
+    from .draft_sampling import draft_sampling
+
+    def check(prompt, samples=None, k=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, draft_sampling, specverify_port, prompt, samples=samples or specverify_settings.samples,
+                    k=k or own_draft_k(specverify_port, specverify_settings.spec_k), tol=specverify_tolerance,
+                    seed=specverify_seed, **kw)
+
+    return check
+
+
+@pytest.fixture
 def check_fuzz(request, specverify_port, specverify_tolerance, specverify_settings):
     """``check_fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``: check 5 (Hypothesis state machine)."""
     from .fuzz import run_commit_fuzz

@@ -4,6 +4,7 @@ import pytest
 
 from pytest_specverify import SpecVerifyFailure, profile
 from pytest_specverify.checks import commit_equivalence, draft_consistency, forced_acceptance, greedy_identity
+from pytest_specverify.draft_sampling import draft_sampling
 from pytest_specverify.fuzz import run_commit_fuzz
 from pytest_specverify.reprefill import decode_prefill_consistency
 from pytest_specverify.sampling import sampling_distribution
@@ -42,11 +43,19 @@ def _draft_consistency(port):
     return draft_consistency(port, port.encode(PROMPT), k=K, max_new_tokens=24, tol=profile(port.tolerance))
 
 
+def _draft_sampling(port, temperature=1.0):
+    return draft_sampling(port, port.encode(PROMPT), samples=500, k=K, tol=profile(port.tolerance), temperature=temperature)
+
+
+def _draft_sampling_cold(port):
+    return _draft_sampling(port, temperature=0.7)
+
+
 def _reprefill(port):
     return decode_prefill_consistency(port, port.encode(PROMPT), max_new_tokens=16, tol=profile(port.tolerance))
 
 
-CHECKS = {"draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
+CHECKS = {"draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
 # mutant -> (the check that catches it, text its failure message must contain)
@@ -69,6 +78,7 @@ TABLE = {
     "prefill_conv_off_by_one": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
     "prefill_rope_offset": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
     "checkpoint_ring_of_four": ("commit_equivalence", "commit path 'checkpoint', k=7"),
+    "draft_q_at_temperature_one": ("draft_sampling_T0.7", "the draft's tokens do not follow the q it reports"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0")}  # a second check that catches it
 
@@ -94,6 +104,8 @@ UNSEEN_BY = {
     "prefill_rope_offset": ("commit_equivalence", "greedy_identity", "stateful_fuzz"),
     "draft_stale_row_after_propose": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz",
                                       "decode_prefill_consistency"),
+    "draft_q_at_temperature_one": ("greedy_identity", "draft_consistency", "sampling_distribution",
+                                   "sampling_distribution_T0.7", "draft_sampling"),
 }
 
 

@@ -7,6 +7,8 @@ holds the table of which check catches which mutant.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tests.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _probs
@@ -122,6 +124,28 @@ class DraftStaleRowAfterPropose:
         return out
 
 
+class DraftQAtTemperatureOne:
+    """The hybrid engine's DFlash draft samples its tokens at the loop's temperature but reports the q of
+    T = 1. Greedy decoding never reads q, and the loop's sampling check brings its own draft, so only a
+    check of the port's own draft at T != 1 sees it; the loop's outputs are biased all the same."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def new_state(self):
+        return self.inner.new_state()
+
+    def append_context(self, state, taps):
+        self.inner.append_context(state, taps)
+
+    def propose(self, state, anchor_token, n_draft, *, temperature=0.0, rng=None):
+        out = self.inner.propose(state, anchor_token, n_draft, temperature=temperature, rng=rng)
+        if temperature > 0:
+            q1 = self.inner.propose(state, anchor_token, n_draft, temperature=1.0, rng=np.random.default_rng(0)).q
+            out = dataclasses.replace(out, q=q1)
+        return out
+
+
 # -- second port: KV / commit mutants ---------------------------------------------------------------------
 class KVNotTrimmed(Qwen3Numpy):
     """commit() moves the position but leaves every verified row in the KV cache."""
@@ -226,18 +250,19 @@ _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicate
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
                   "checkpoint_ring_of_four")
-NAMES = ENGINE_MUTANTS + ("draft_stale_row_after_propose",) + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
+_DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}
+NAMES = ENGINE_MUTANTS + tuple(_DRAFT_WRAPPERS) + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
 
 def build(name: str):
     """The mutant port called ``name`` (one of ``NAMES``)."""
     if name in ENGINE_MUTANTS:
         return _onebit_port(_engine_mutants()[name], f"onebit[{name}]")
-    if name == "draft_stale_row_after_propose":
+    if name in _DRAFT_WRAPPERS:
         from onebit_engine.target import Target
 
         port = _onebit_port(Target, f"onebit[{name}]")
-        port._draft = DraftStaleRowAfterPropose(port.make_draft())
+        port._draft = _DRAFT_WRAPPERS[name](port.make_draft())
         return port
     if name in _PORT_MODELS:
         port = Qwen3Port(model_class=_PORT_MODELS[name])

@@ -1,4 +1,5 @@
-"""Greedy identity, forced acceptance and commit equivalence on the built-in trained pair."""
+"""Greedy identity, forced acceptance, commit equivalence and the draft checks on the built-in trained pair."""
+import pytest
 
 
 def test_greedy_identity_on_default_prompts(check_greedy_identity, specverify_prompt_ids):
@@ -42,3 +43,10 @@ def test_draft_consistency(check_draft_consistency, specverify_port):
 def test_decode_prefill_consistency(check_prefill_consistency, specverify_port):
     report = check_prefill_consistency(specverify_port.encode("The license grants"), max_new_tokens=32)
     assert report.metrics["bitwise"], report.metrics
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_draft_sampling(check_draft_sampling, specverify_port, temperature):
+    """The trained DFlash 2 draft (candidate-path selector) draws its tokens from the q it reports."""
+    report = check_draft_sampling(specverify_port.encode("def fibonacci(n):"), temperature=temperature, k=7)
+    assert report.counts["proposals"] > 0
