@@ -1,8 +1,9 @@
 /* Persistent worker threads for the host-int kernel (included by host_int_kernel.c).
  *
- * Why: starting and joining a pthread per call cost 25-30% of a 2-thread 1-row 4096 x 4096 call on
- * the Zen 4 VM (interleaved A/B, cold caches; more than the ~30-45 us of create + join alone: a new
- * thread also starts cold and is often first placed on its parent's core).
+ * Why: starting and joining a pthread per call cost 24-29% of a 2-thread 1-row 4096 x 4096 call on
+ * the Zen 4 VM with the workers awake between calls, ~10% when they must be woken from their sleep
+ * (cold weights, A/B in alternating processes). That is more than the ~30-45 us of create + join; a
+ * new thread also starts with cold caches, and may first run on its parent's core (not measured).
  *
  * How: workers are started on first need and never exit. A call bumps `gen` and broadcasts; each
  * worker runs its share if it takes part, then decrements `pending`; the caller runs share 0 and
