@@ -79,8 +79,8 @@ def _engine_mutants():
             rows = state.pending.per_row
             if rows:
                 for i, lst in rows.items():
-                    n = len(lst)
-                    rows[i] = [lst[max(j2 for j2 in range(n) if j2 % 4 == j % 4)] for j in range(n)]
+                    n = len(lst)  # slot j % 4 ends up holding the last row written to it
+                    rows[i] = [lst[j + 4 * ((n - 1 - j) // 4)] for j in range(n)]
             return out
 
     class PrefillConvOffByOne(Target):
@@ -101,10 +101,8 @@ def _engine_mutants():
             "checkpoint_ring_of_four": CheckpointRingOfFour}
 
 
-class DraftStaleRowAfterPropose:
-    """The hybrid engine's DFlash draft, but propose() leaves one more context row behind (a copy of the
-    last one), as a draft that writes its block's K/V into the context cache and advances would: every
-    later proposal attends to a stale row at shifted positions. The output stays right; acceptance drops."""
+class _WrappedDraft:
+    """A draft that delegates to ``inner``; the draft mutants override ``propose`` only."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -114,6 +112,12 @@ class DraftStaleRowAfterPropose:
 
     def append_context(self, state, taps):
         self.inner.append_context(state, taps)
+
+
+class DraftStaleRowAfterPropose(_WrappedDraft):
+    """The hybrid engine's DFlash draft, but propose() leaves one more context row behind (a copy of the
+    last one), as a draft that writes its block's K/V into the context cache and advances would: every
+    later proposal attends to a stale row at shifted positions. The output stays right; acceptance drops."""
 
     def propose(self, state, anchor_token, n_draft, **kw):
         out = self.inner.propose(state, anchor_token, n_draft, **kw)
@@ -124,19 +128,10 @@ class DraftStaleRowAfterPropose:
         return out
 
 
-class DraftQAtTemperatureOne:
+class DraftQAtTemperatureOne(_WrappedDraft):
     """The hybrid engine's DFlash draft samples its tokens at the loop's temperature but reports the q of
     T = 1. Greedy decoding never reads q, and the loop's sampling check brings its own draft, so only a
     check of the port's own draft at T != 1 sees it; the loop's outputs are biased all the same."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def new_state(self):
-        return self.inner.new_state()
-
-    def append_context(self, state, taps):
-        self.inner.append_context(state, taps)
 
     def propose(self, state, anchor_token, n_draft, *, temperature=0.0, rng=None):
         out = self.inner.propose(state, anchor_token, n_draft, temperature=temperature, rng=rng)
