@@ -7,7 +7,7 @@ and a cProfile of the engine's decode step.
     python tools/host_int_report.py decode  [--tokens 64] [--threads 1]
     python tools/host_int_report.py model-verify [--threads 1,2] [--reps 60]   (verify of 8 rows / 1-row step)
     python tools/host_int_report.py profile [--tokens 32] [--format int8]
-    python tools/host_int_report.py floor   [--reps 60]    (compute floor of the int8 mix, 1 thread)
+    python tools/host_int_report.py floor   [--reps 60]    (compute floor of the int8 mix, 1 and 2 threads)
 
 Thread counts are arguments (this script is an edge; the library reads no environment). Timings are
 minimums over repeats because the machine is shared.
@@ -88,7 +88,8 @@ def kernel(args):
 
 def floor(args):
     """The int8 8-row/1-row ratio this CPU allows: tools/kernel_floor.c times the kernel's instruction mix
-    with activations held in L1 (a floor for 8 rows), next to the real kernel's 1-row and 8-row times."""
+    with activations held in L1 and cold weights (a floor for 8 rows) on 1 and 2 threads, next to the real
+    kernel's 1-row and 8-row times at the same thread counts (measured right after, in this process)."""
     import json
     import subprocess
     import sys
@@ -101,22 +102,27 @@ def floor(args):
         subprocess.run([sys.executable, "-m", "ziglang", "cc", "-O2", "-mavx2", "-o", str(exe), str(src)], check=True)
         probe = json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
     rng = np.random.default_rng(0)
-    b = HostIntBackend(weight_format="int8", threads=1)
     w = rng.standard_normal((4096, 4096)).astype(np.float32)
-    p, small = b.pack(w), b.pack(w[:1024])
-    xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8)}
-    best = {m: float("inf") for m in xs}
-    stream = ReadStream()
-    for _ in range(args.reps):  # cold weights, as in the kernel table (the read stream evicts them)
-        stream.seconds()
-        _cold_calls(b, p, small, xs, best)
-    stream.close()
-    one, eight = best[1] * 1e3, best[8] * 1e3
+    real = {}
+    for th in (1, 2):
+        b = HostIntBackend(weight_format="int8", threads=th)
+        p, small = b.pack(w), b.pack(w[:1024])
+        xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8)}
+        best = {m: float("inf") for m in xs}
+        stream = ReadStream(threads=th)
+        for _ in range(args.reps):  # cold weights, as in the kernel table (the read stream evicts them)
+            stream.seconds()
+            _cold_calls(b, p, small, xs, best)
+        stream.close()
+        real[th] = (best[1] * 1e3, best[8] * 1e3)
     print(f"multiply uops: vpmaddwd {probe['vpmaddwd_per_ns']:.2f}/ns, vpmaddubsw {probe['vpmaddubsw_per_ns']:.2f}/ns; "
           f"vpmaddwd + vpsignb on independent chains {probe['vpmaddwd_with_vpsignb_per_ns']:.2f} uops/ns in all "
           f"(no more than vpmaddwd alone: vpsignb runs on the multiply pipes), "
-          f"vpmaddwd + vpxor {probe['vpmaddwd_with_vpxor_per_ns']:.2f}/ns")
+          f"vpmaddwd + vpxor {probe['vpmaddwd_with_vpxor_per_ns']:.2f}/ns; "
+          f"vpmaddwd on 2 threads {probe['vpmaddwd_per_ns_2t']:.2f}/ns in all "
+          f"({probe['vpmaddwd_per_ns_2t'] / probe['vpmaddwd_per_ns']:.2f}x one thread)")
     print()
+    one, eight = real[1]
     print("| int8, 4096 x 4096, 1 thread | ms | / real 1-row |")
     print("|---|---|---|")
     print(f"| real kernel, 1 row | {one:.2f} | 1.00 |")
@@ -130,6 +136,13 @@ def floor(args):
                       ("uop_bound_8rows_ms", "8 rows at the measured mixed vector-uop rate (4 uops per 32 MACs)"),
                       ("multiply_bound_8rows_ms", "8 rows at the multiply-uop peak (2 per 32 MACs, nothing else)")):
         print(f"| {what} | {probe[key]:.2f} | {probe[key] / one:.2f} |")
+    one, eight = real[2]
+    print()
+    print("| int8, 4096 x 4096, 2 threads | ms | / real 1-row |")
+    print("|---|---|---|")
+    print(f"| real kernel, 1 row | {one:.2f} | 1.00 |")
+    print(f"| real kernel, 8 rows | {eight:.2f} | {eight / one:.2f} |")
+    print(f"| xor mix, 8 rows, activations in L1 | {probe['xor_mix_8rows_2t_ms']:.2f} | {probe['xor_mix_8rows_2t_ms'] / one:.2f} |")
 
 
 def _target(cfg, backend, scale, seed=0):
