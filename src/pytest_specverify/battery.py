@@ -44,6 +44,13 @@ def test_decode_prefill_consistency(check_prefill_consistency, specverify_port):
           f"bitwise {report.metrics['bitwise']}")
 
 
+def test_long_context(check_long_context, specverify_port, specverify_settings):
+    report = check_long_context(specverify_port.encode("The quick brown fox"))
+    assert sum(report.counts.values()) == len(specverify_port.commit_paths), report.counts
+    print(f"{report.metrics['length']} tokens: max |dlogprob| {report.metrics['max_abs_logprob_diff']:.2e}, "
+          f"worst window k3 KL {report.metrics['max_window_k3_kl']:.2e}, bitwise {report.metrics['bitwise']}")
+
+
 @pytest.mark.replay_check
 def test_replay_check(check_replay, specverify_port):
     check_replay(specverify_port.encode("for (int i = 0; i < n; i++)"))

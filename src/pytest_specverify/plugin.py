@@ -42,6 +42,9 @@ def pytest_addoption(parser):
         help="base seed; each test uses seed + crc32(nodeid). Default: %(default)r")
     add("--specverify-samples", metavar="N", type=int, default=800,
         help="seeded runs in the sampling-distribution check. Default: %(default)r")
+    add("--specverify-context", metavar="N", type=int, default=Settings.context,
+        help="tokens the long-context check fills the context with (at most the port's max_context). "
+             "Default: %(default)r")
     add("--specverify-require-device", action="store_true", default=False,
         help="error (instead of skip) when a 'device' test finds no NPU; nox -s device passes it. Default: %(default)r")
 
@@ -60,7 +63,7 @@ def pytest_configure(config):
         port=opt("specverify_port"), backend=opt("specverify_backend"), row_set=opt("specverify_row_set"),
         prompt_set=opt("specverify_prompts"), num_prompts=opt("specverify_num_prompts"), k_values=tuple(opt("specverify_k")),
         profile=opt("specverify_profile"), seed=opt("specverify_seed"), samples=opt("specverify_samples"),
-        require_device=opt("specverify_require_device"),
+        context=opt("specverify_context"), require_device=opt("specverify_require_device"),
     )
 
 
@@ -329,6 +332,21 @@ def check_prefill_consistency(request, specverify_port, specverify_tolerance, sp
         return _run(request, decode_prefill_consistency, specverify_port, prompt,
                     max_new_tokens=max_new_tokens or specverify_settings.max_new_tokens, tol=specverify_tolerance,
                     seed=specverify_seed, **kw)
+
+    return check
+
+
+@pytest.fixture
+def check_long_context(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
+    """``check_long_context(prompt_ids, length=None, k=None)``: fill the context to ``length`` tokens
+    (``--specverify-context``); step-by-step decode vs one prefill position by position, then one verify
+    and partial commit per commit path at the end, against prefill + single steps."""
+    from .long_context import long_context
+
+    def check(prompt, length=None, k=None, **kw):
+        __tracebackhide__ = True
+        return _run(request, long_context, specverify_port, prompt, length=length or specverify_settings.context,
+                    k=specverify_settings.spec_k if k is None else k, tol=specverify_tolerance, seed=specverify_seed, **kw)
 
     return check
 

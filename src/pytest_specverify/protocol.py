@@ -78,7 +78,9 @@ class SpecPort(Protocol):
 
     Optional attribute ``max_k``: the largest k the port's *own* draft (``make_draft()``) can propose,
     e.g. a DFlash block size minus 1; the checks that run that draft ask for at most that many (see
-    ``own_draft_k``). The checks that bring their own drafts are not limited by it.
+    ``own_draft_k``). The checks that bring their own drafts are not limited by it. Optional attribute
+    ``max_context``: the most tokens one state may hold; the long-context check fills at most that many
+    (``long_context.context_length``).
 
     Attributes: ``name`` (shown in reports), ``vocab_size``, ``tolerance`` (the name of the port's
     declared tolerance profile, see ``tolerance.PROFILES``), ``commit_paths`` (the commit paths it

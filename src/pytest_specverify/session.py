@@ -30,6 +30,7 @@ class Settings:
     seed: int = 0
     samples: int = 800
     max_new_tokens: int = 24
+    context: int = 320  # long_context fills the context to this many tokens (past 128 and 256)
     require_device: bool = False
     device: DeviceStatus | None = field(default=None)
 

@@ -6,6 +6,7 @@ from pytest_specverify import SpecVerifyFailure, profile
 from pytest_specverify.checks import commit_equivalence, draft_consistency, forced_acceptance, greedy_identity
 from pytest_specverify.draft_sampling import draft_sampling
 from pytest_specverify.fuzz import run_commit_fuzz
+from pytest_specverify.long_context import long_context
 from pytest_specverify.reprefill import decode_prefill_consistency
 from pytest_specverify.sampling import sampling_distribution
 from pytest_specverify.session import Settings
@@ -55,7 +56,11 @@ def _reprefill(port):
     return decode_prefill_consistency(port, port.encode(PROMPT), max_new_tokens=16, tol=profile(port.tolerance))
 
 
-CHECKS = {"draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
+def _long_context(port):
+    return long_context(port, port.encode(PROMPT), length=Settings.context, k=K, tol=profile(port.tolerance))
+
+
+CHECKS = {"long_context": _long_context, "draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
 # mutant -> (the check that catches it, text its failure message must contain)
@@ -79,6 +84,9 @@ TABLE = {
     "prefill_rope_offset": ("decode_prefill_consistency", "one-pass prefill of prompt + output disagrees"),
     "checkpoint_ring_of_four": ("commit_equivalence", "commit path 'checkpoint', k=7"),
     "draft_q_at_temperature_one": ("draft_sampling_T0.7", "the draft's tokens do not follow the q it reports"),
+    "decode_rope_table_of_256": ("long_context", "from position 256 on: |dlogprob|"),
+    "decode_window_of_128": ("long_context", "from position 128 on: |dlogprob|"),
+    "verify_window_of_128": ("long_context", "verify row 0 (token"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0")}  # a second check that catches it
 
@@ -106,6 +114,10 @@ UNSEEN_BY = {
                                       "decode_prefill_consistency"),
     "draft_q_at_temperature_one": ("greedy_identity", "draft_consistency", "sampling_distribution",
                                    "sampling_distribution_T0.7", "draft_sampling"),
+    # faults that wait for position 128 or 256: every other check stays in the first few dozen positions
+    "decode_rope_table_of_256": ("commit_equivalence", "greedy_identity", "decode_prefill_consistency", "stateful_fuzz"),
+    "decode_window_of_128": ("commit_equivalence", "greedy_identity", "decode_prefill_consistency", "stateful_fuzz"),
+    "verify_window_of_128": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz"),
 }
 
 

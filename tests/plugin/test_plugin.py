@@ -48,12 +48,12 @@ def test_help_shows_every_option_with_its_default(sv_pytester):
         "*--specverify-backend=NAME*", "*--specverify-row-set=N*",
         "*--specverify-prompts=SET*", "*--specverify-num-prompts=N*", "*--specverify-k=K,K,...*",
         "*--specverify-profile=NAME*", "*--specverify-seed=INT*", "*--specverify-samples=N*",
-        "*--specverify-require-device*",
+        "*--specverify-context=N*", "*--specverify-require-device*",
     ])
     text = result.stdout.str()
     block = text[text.index("speculative-decoding verification"):]
     block = block[: block.index("\n\n")]
-    assert block.count("Default:") == 10
+    assert block.count("Default:") == 11
 
 
 def test_markers_pass_strict_markers_and_the_device_test_skips_with_the_reason(sv_pytester):

@@ -83,6 +83,42 @@ def _engine_mutants():
                     rows[i] = [lst[j + 4 * ((n - 1 - j) // 4)] for j in range(n)]
             return out
 
+    class DecodeRopeTableOf256(Target):
+        """Steps and verifies read RoPE from a 256-entry table indexed modulo its size (a prefill from
+        position 0 computes it): from position 256 on, decode rotates queries and keys as if at pos - 256.
+        Nothing goes wrong in the first 256 positions, which is all the other checks reach."""
+
+        class Wrapped:  # the attention mixer, fed the wrapped position while decoding
+            def __init__(self, inner, owner):
+                self.inner, self.owner = inner, owner
+
+            def __getattr__(self, name):
+                return getattr(self.inner, name)
+
+            def __call__(self, h, n, st, pos, i, rec):
+                return self.inner(h, n, st, pos % 256 if self.owner._decode else pos, i, rec)
+
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            self._decode = False
+            for layer in self.layers:
+                if layer.kind == "full_attention":
+                    layer.mixer = self.Wrapped(layer.mixer, self)
+
+        def forward(self, tokens, state):
+            self._decode = not (state.pos == 0 and len(tokens) > 1)
+            try:
+                return super().forward(tokens, state)
+            finally:
+                self._decode = False
+
+        def verify(self, tokens, state, **kw):
+            self._decode = True
+            try:
+                return super().verify(tokens, state, **kw)
+            finally:
+                self._decode = False
+
     class PrefillConvOffByOne(Target):
         """A prefill (several tokens from position 0) leaves the conv window one column late: it holds
         the K-1 pre-conv columns *before* the last one. Verify, commit and steps are right."""
@@ -98,7 +134,7 @@ def _engine_mutants():
 
     return {"prefill_conv_off_by_one": PrefillConvOffByOne, "conv_not_restored": ConvNotRestored, "recurrent_not_restored": RecurrentNotRestored,
             "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify,
-            "checkpoint_ring_of_four": CheckpointRingOfFour}
+            "checkpoint_ring_of_four": CheckpointRingOfFour, "decode_rope_table_of_256": DecodeRopeTableOf256}
 
 
 class _WrappedDraft:
@@ -190,6 +226,22 @@ class PrefillRopeOffset(Qwen3Numpy):
         return pos + 1 if pos[0] == 0 and len(pos) > 1 else pos
 
 
+class DecodeWindowOf128(Qwen3Numpy):
+    """Steps and verifies attend only to the last 128 cached positions (a decode-time window or a ring
+    buffer); a prefill from position 0 attends to every position. Right for the first 128 positions."""
+
+    def attention_start(self, length, first_pos, rows):
+        return max(0, length - 128) if first_pos > 0 else 0
+
+
+class VerifyWindowOf128(Qwen3Numpy):
+    """Only a verify (several rows after position 0) attends to just the last 128 cached positions;
+    prefill and steps are right. Right for the first 128 positions."""
+
+    def attention_start(self, length, first_pos, rows):
+        return max(0, length - 128) if first_pos > 0 and rows > 1 else 0
+
+
 # -- second port: loop mutants -------------------------------------------------------------------------
 class BonusDropped(SpecLoop):
     """After a full accept the bonus token is not emitted (the next round's anchor is then wrong)."""
@@ -239,12 +291,13 @@ class SeedIgnored(SpecLoop):
 
 
 _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimShort, "kv_trimmed_one_long": KVTrimLong,
-                "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset}
+                "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset,
+                "decode_window_of_128": DecodeWindowOf128, "verify_window_of_128": VerifyWindowOf128}
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
-                  "checkpoint_ring_of_four")
+                  "checkpoint_ring_of_four", "decode_rope_table_of_256")
 _DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}
 NAMES = ENGINE_MUTANTS + tuple(_DRAFT_WRAPPERS) + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 

@@ -112,12 +112,13 @@ class Qwen3Numpy:
             v = (h @ w["wv"]).reshape(T, c.kv_heads, c.head_dim)
             cache = state.caches[i]
             cache.write(k.transpose(1, 0, 2), v.transpose(1, 0, 2))
-            keys, values = cache.keys[:, :cache.length], cache.values[:, :cache.length]  # [Hk, S, hd]
+            lo = self.attention_start(cache.length, int(pos[0]), T)
+            keys, values = cache.keys[:, lo:cache.length], cache.values[:, lo:cache.length]  # [Hk, S, hd]
             group = c.heads // c.kv_heads
             kq = np.repeat(keys, group, 0)  # [H, S, hd]
             vq = np.repeat(values, group, 0)
             scores = np.einsum("thd,hsd->hts", q, kq) / np.sqrt(c.head_dim)  # [H, T, S]
-            mask = np.arange(cache.length)[None, :] > pos[:, None]  # causal
+            mask = np.arange(lo, cache.length)[None, :] > pos[:, None]  # causal
             scores = np.where(mask[None], -np.inf, scores)
             scores = scores - scores.max(-1, keepdims=True)
             att = np.exp(scores)
@@ -134,6 +135,11 @@ class Qwen3Numpy:
     def rope_positions(self, pos):
         """The positions RoPE rotates by (a hook for the mutants; the truth is ``pos``)."""
         return pos
+
+    def attention_start(self, length, first_pos, rows):
+        """The first cached position a pass of ``rows`` tokens starting at ``first_pos`` attends to (a hook
+        for the mutants; the truth is 0: every earlier position)."""
+        return 0
 
     def verify(self, tokens, state: Qwen3State):
         if state.pending is not None:
