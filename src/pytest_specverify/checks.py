@@ -118,6 +118,29 @@ def _round_of(run, index: int) -> str:
     return "after the last recorded round (a plain step)"
 
 
+def _check_bookkeeping(run, k: int, label: str = "") -> None:
+    """What a SpecRun reports must be possible: 0 <= accepted <= proposed <= k each round, and the
+    recorded rounds must fit in the tokens emitted (1 from the prefill, accepted + 1 per round; only the
+    last round may be cut by max_new_tokens; zero-draft rounds left out only add tokens). Acceptance
+    rate and tokens per round are computed from these counts, so a loop that over-reports them (the
+    bonus counted as an accepted draft, say) reports speed it does not have."""
+    __tracebackhide__ = True
+    if len(run.accepted) != len(run.proposed):
+        raise SpecVerifyFailure(f"{label}the loop reports {len(run.accepted)} accepted counts but {len(run.proposed)} proposed counts")
+    for j, (a, n) in enumerate(zip(run.accepted, run.proposed)):
+        if not 0 <= a <= n <= k:
+            raise SpecVerifyFailure(f"{label}round {j}: the loop reports {a} of {n} drafts accepted at k={k}; each round "
+                                    f"needs 0 <= accepted <= proposed <= k")
+    if run.accepted:
+        need = 1 + sum(a + 1 for a in run.accepted[:-1]) + 1
+        if need > len(run.tokens):
+            raise SpecVerifyFailure(
+                f"{label}the loop's round counts do not fit its output: {len(run.accepted)} rounds with accepted counts "
+                f"{list(run.accepted)[:12]} emit at least {need} tokens (1 from the prefill, accepted + 1 per round, the "
+                f"last round at least 1), but it returned {len(run.tokens)}; acceptance rate and tokens per round are "
+                f"over-reported (is the bonus token counted as an accepted draft?)")
+
+
 def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, k: int, tol: Tolerance,
                     commit_path: str | None = None, plain: Sequence[int] | None = None, label: str = "") -> CheckReport:
     """Speculative greedy output == plain greedy output of the same port. A divergence fails unless
@@ -129,6 +152,7 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
     plain = list(plain) if plain is not None else list(port.generate(prompt, max_new_tokens=max_new_tokens))
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
     got = list(run.tokens)
+    _check_bookkeeping(run, k, label)
     report.metrics.update(acceptance_rate=run.acceptance_rate, tokens_per_round=run.tokens_per_round,
                           rounds=len(run.accepted), tokens=len(got))
     report.counts.update(Counter(run.accepted))
@@ -185,10 +209,15 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
         raise SpecVerifyFailure("the output is right but the loop fed the forcing draft wrong inputs:\n  " + "\n  ".join(draft.problems))
     for j, (got, want) in enumerate(zip(run.accepted, draft.expected)):
         if got != want:
-            raise SpecVerifyFailure(f"round {j}: the loop accepted {got} drafts but the forcing draft made exactly {want} "
-                                    f"acceptable (pattern {pattern}, k={k}); its acceptance rule is wrong")
+            raise SpecVerifyFailure(f"round {j}: the loop reports {got} accepted drafts but the forcing draft made exactly "
+                                    f"{want} acceptable (pattern {pattern}, k={k}); the output is right, so its acceptance "
+                                    f"rule or its count of accepted drafts is wrong")
     if len(run.accepted) != len(draft.expected):
         raise SpecVerifyFailure(f"the loop reported {len(run.accepted)} rounds but asked the draft {len(draft.expected)} times")
+    for j, (got, asked) in enumerate(zip(run.proposed, draft.asked)):
+        if got != asked:
+            raise SpecVerifyFailure(f"round {j}: the loop reports {got} proposed drafts but asked the draft for {asked} "
+                                    f"(pattern {pattern}, k={k}); its acceptance rate and tokens per round are misreported")
     report.counts.update(Counter(run.accepted))
     full = sum(1 for a, n in zip(run.accepted, run.proposed) if a == n == k)
     missing = [a for a in sorted(set(min(p, k) for p in pattern)) if report.counts[a] == 0]

@@ -66,6 +66,7 @@ class ForcingDraft:
         self.same_taps = same_taps
         self.rounds = 0
         self.expected: list[int] = []  # accept count each round should have
+        self.asked: list[int] = []  # n_draft of each propose call
         self.problems: list[str] = []
 
     def new_state(self) -> ContextState:
@@ -102,6 +103,7 @@ class ForcingDraft:
         if keep < n_draft:
             tokens[keep] = (want[keep] + 1) % self.vocab_size
         self.expected.append(min(keep, n_draft))
+        self.asked.append(int(n_draft))
         self.rounds += 1
         arr = np.asarray(tokens, dtype=np.int64)
         return Proposal(arr, _one_hot(arr, self.vocab_size))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from .checks import CheckReport
+from .checks import CheckReport, _check_bookkeeping
 from .compare import SpecVerifyFailure
 from .drafts import DistributionDraft
 from .stats import conditional_fit, softmax
@@ -65,6 +65,7 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int, seed: in
         run = port.speculative_generate(prompt, draft, max_new_tokens=3, k=1, temperature=temperature,
                                         seed=seed + s, commit_path=commit_path)
         toks = list(run.tokens)
+        _check_bookkeeping(run, 1)
         t0s[None][toks[0]] += 1
         if not run.accepted or len(toks) < 2:
             continue

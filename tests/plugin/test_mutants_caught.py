@@ -87,8 +87,11 @@ TABLE = {
     "decode_rope_table_of_256": ("long_context", "from position 256 on: |dlogprob|"),
     "decode_window_of_128": ("long_context", "from position 128 on: |dlogprob|"),
     "verify_window_of_128": ("long_context", "verify row 0 (token"),
+    "bonus_counted_as_accepted": ("greedy_identity", "the loop's round counts do not fit its output"),
+    "proposed_reported_as_accepted": ("forced_acceptance", "reports 0 proposed drafts but asked the draft for 3"),
 }
-ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0")}  # a second check that catches it
+ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0"),  # a second check that catches it
+        "bonus_counted_as_accepted": ("forced_acceptance", "reports 4 accepted drafts but the forcing draft made exactly 3")}
 
 
 def test_table_covers_every_mutant():
@@ -118,6 +121,8 @@ UNSEEN_BY = {
     "decode_rope_table_of_256": ("commit_equivalence", "greedy_identity", "decode_prefill_consistency", "stateful_fuzz"),
     "decode_window_of_128": ("commit_equivalence", "greedy_identity", "decode_prefill_consistency", "stateful_fuzz"),
     "verify_window_of_128": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz"),
+    # the output is right, only the reported counts are not: acceptance rate and tokens/round lie
+    "proposed_reported_as_accepted": ("greedy_identity", "sampling_distribution", "stateful_fuzz"),
 }
 
 

@@ -290,12 +290,27 @@ class SeedIgnored(SpecLoop):
         self.rng = SeedIgnored.shared
 
 
+class BonusCountedAsAccepted(SpecLoop):
+    """The output is right, but each round reports the bonus token as one more accepted draft."""
+
+    def reported(self, a, n):
+        return a + 1, n
+
+
+class ProposedReportedAsAccepted(SpecLoop):
+    """The output is right, but each round reports only its accepted drafts as proposed: 100% acceptance."""
+
+    def reported(self, a, n):
+        return a, a
+
+
 _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimShort, "kv_trimmed_one_long": KVTrimLong,
                 "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset,
                 "decode_window_of_128": DecodeWindowOf128, "verify_window_of_128": VerifyWindowOf128}
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
-               "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept}
+               "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
+               "bonus_counted_as_accepted": BonusCountedAsAccepted, "proposed_reported_as_accepted": ProposedReportedAsAccepted}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
                   "checkpoint_ring_of_four", "decode_rope_table_of_256")
 _DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}

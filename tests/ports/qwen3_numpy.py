@@ -261,6 +261,10 @@ class SpecLoop:
     def emitted(self, drafts, a, bonus):
         return list(drafts[:a]) + [bonus]
 
+    def reported(self, a, n):
+        """The (accepted, proposed) counts the run reports for a round (a hook for the mutants)."""
+        return a, n
+
     def run(self, prompt, max_new_tokens) -> SpecRun:
         m, d = self.model, self.draft
         st, ds = m.new_state(), d.new_state()
@@ -283,8 +287,9 @@ class SpecLoop:
             m.commit(st, a + 1)
             d.append_context(ds, self.context_rows(taps, a))
             out += self.emitted(drafts, a, bonus)
-            accepted.append(a)
-            proposed.append(n)
+            a_rep, n_rep = self.reported(a, n)
+            accepted.append(a_rep)
+            proposed.append(n_rep)
         return SpecRun(out[:max_new_tokens], accepted, proposed)
 
 
