@@ -9,6 +9,11 @@ One speculative round with a :class:`~.drafts.DistributionDraft` (fixed, known q
 * x1 | t0, rejected ~ normalize(max(0, p1 - q)) - tokens with q >= p1 must never appear;
 * the bonus | t0, d accepted ~ p(. | prompt, t0, d).
 
+Then ``samples`` more runs with k = 2 and a draft whose two q rows differ: whatever happened in the
+round (d1 rejected, d1 accepted and d2 accepted or rejected), the second token x2 | t0, x1 ~
+p(. | prompt, t0, x1). That is the claim for every draft position after the first, where a loop can
+pair a draft with the wrong q row, or with the wrong target row, and stay right at k = 1.
+
 Each is a pooled chi-square test at false-alarm rate ``alpha`` (zero-probability bins must be empty).
 """
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Sequence
 from .checks import CheckReport, _check_bookkeeping
 from .compare import SpecVerifyFailure
 from .drafts import DistributionDraft
-from .stats import conditional_fit, softmax
+from .stats import conditional_fit, directional_fit, softmax
 
 
 def draft_distribution(vocab: int, seed: int, sharpness: float = 1.5):
@@ -77,6 +82,21 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int, seed: in
             rej[toks[0]][toks[1]] += 1
         elif len(toks) >= 3:
             bonus[(toks[0], toks[1])][toks[2]] += 1
+    # k = 2, two different q rows: the second token, whichever way the round produced it
+    q2 = np.concatenate([q, draft_distribution(V, seed + 1)])
+    draft2 = DistributionDraft(q2, seed)
+    x1_k2, x2 = defaultdict(lambda: np.zeros(V)), defaultdict(lambda: np.zeros(V))
+    second_drafts = 0
+    for s in range(samples):
+        run = port.speculative_generate(prompt, draft2, max_new_tokens=4, k=2, temperature=temperature,
+                                        seed=seed + samples + s, commit_path=commit_path)  # t0, d1, d2, bonus
+        toks = list(run.tokens)
+        _check_bookkeeping(run, 2)
+        if len(toks) >= 2:
+            x1_k2[toks[0]][toks[1]] += 1
+        if len(toks) >= 3:
+            x2[(toks[0], toks[1])][toks[2]] += 1
+            second_drafts += bool(run.accepted) and run.proposed[0] == 2 and run.accepted[0] >= 1
     if rounds_seen < samples // 2:
         raise SpecVerifyFailure(f"only {rounds_seen} of {samples} runs recorded a speculative round; the sampling check "
                                 f"needs the loop's per-round accepted counts")
@@ -97,16 +117,27 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int, seed: in
     fits.append(conditional_fit("token at a rejection ~ normalize(max(0, p - q))", res_groups, alpha))
     fits.append(conditional_fit("bonus after a full accept ~ p(. | t0, d)",
                                 {f"t0={t}, d={d}": (c, p_after((t, d))) for (t, d), c in bonus.items() if c.sum() >= 8}, alpha))
+    g1 = {f"t0={t}": (c, p_after((t,))) for t, c in x1_k2.items()}
+    g2 = {f"t0={t}, x1={u}": (c, p_after((t, u))) for (t, u), c in x2.items()}
+    fits.append(conditional_fit("k=2: the first token x1 | t0 ~ p(. | t0)", g1, alpha))
+    fits.append(conditional_fit("k=2: the second token x2 | t0, x1 ~ p(. | t0, x1)",
+                                {key: v for key, v in g2.items() if v[0].sum() >= 8}, alpha))
+    # a draft position paired with the other q row biases its tokens along q[1] - q[0]: test that direction
+    # (the chi-square above splits x2 over many contexts and has little power against it)
+    tilt = q2[1] - q2[0]
+    fits.append(directional_fit("k=2: x1 | t0 along q[1] - q[0]", g1, tilt, alpha))
+    fits.append(directional_fit("k=2: x2 | t0, x1 along q[1] - q[0]", g2, tilt, alpha))
     report = CheckReport("sampling_distribution")
     report.counts.update(rounds=rounds_seen, rejections=int(sum(c.sum() for c in rej.values())),
-                         full_accepts=int(sum(c[1] for c in acc.values())))
-    report.metrics.update({f.label: f"chi2 {f.stat:.1f}/{f.critical:.1f} df {f.df} n {f.n}" for f in fits})
+                         full_accepts=int(sum(c[1] for c in acc.values())), second_drafts_reached=second_drafts)
+    report.metrics.update({f.label: f.describe().splitlines()[0].split(": ", 1)[1] for f in fits})
     failed = [f for f in fits if not f.passed]
     if failed:
         raise SpecVerifyFailure(
             f"the loop's samples at T={temperature} do not follow the target distribution ({samples} seeded runs from "
-            f"seed {seed}, k=1, false-alarm rate {alpha:g} per test):\n" + "\n".join(f.describe() for f in failed))
-    for what in ("rejections", "full_accepts"):
+            f"seed {seed}, k=1, then {samples} with k=2, false-alarm rate {alpha:g} per test):\n" +
+            "\n".join(f.describe() for f in failed))
+    for what in ("rejections", "full_accepts", "second_drafts_reached"):
         if report.counts[what] < 20:
             raise SpecVerifyFailure(f"only {report.counts[what]} {what.replace('_', ' ')} in {samples} runs; the check cannot "
                                     f"claim to have tested that path (draft q too close to / too far from p)")

@@ -110,3 +110,43 @@ def conditional_fit(label: str, groups: dict, alpha: float) -> FitResult:
     vocab = max((len(p) for _, p in groups.values()), default=1)
     res.tv_limit = tv_bound(vocab, res.n, alpha) if res.n else math.inf
     return res
+
+
+@dataclass
+class DirectionResult:
+    """A z-test of one direction: does the mean of ``g(token)`` match its expectation under each group's
+    probs? Far more power than the chi-square against a bias known to lie along ``g``."""
+
+    label: str
+    n: int
+    z: float
+    limit: float
+
+    @property
+    def passed(self) -> bool:
+        return abs(self.z) <= self.limit
+
+    def describe(self) -> str:
+        return f"{self.label}: z = {self.z:.2f} (two-sided limit {self.limit:.2f}), n = {self.n}"
+
+
+def directional_fit(label: str, groups: dict, g, alpha: float) -> DirectionResult:
+    """``groups[key] = (counts[V], probs[V])`` as in :func:`conditional_fit`; ``g`` [V] a fixed score per
+    token. z = sum over tokens drawn of (g - E_probs g) / sqrt(sum of Var_probs g): N(0, 1) when every
+    group's tokens follow its probs."""
+    import numpy as np
+
+    g = np.asarray(g, np.float64)
+    dev = var = 0.0
+    n = 0
+    for counts, p in groups.values():
+        counts, p = np.asarray(counts, np.float64), np.asarray(p, np.float64)
+        m = float(counts.sum())
+        if m == 0:
+            continue
+        mean = float(p @ g)
+        dev += float(counts @ g) - m * mean
+        var += m * max(float(p @ (g * g)) - mean * mean, 0.0)
+        n += int(m)
+    z = dev / math.sqrt(var) if var > 0 else 0.0
+    return DirectionResult(label, n, z, NormalDist().inv_cdf(1 - alpha / 2))

@@ -88,6 +88,7 @@ TABLE = {
     "decode_window_of_128": ("long_context", "from position 128 on: |dlogprob|"),
     "verify_window_of_128": ("long_context", "verify row 0 (token"),
     "bonus_counted_as_accepted": ("greedy_identity", "the loop's round counts do not fit its output"),
+    "accept_uses_first_q_row": ("sampling_distribution", "k=2: x2 | t0, x1 along q[1] - q[0]: z ="),
     "proposed_reported_as_accepted": ("forced_acceptance", "reports 0 proposed drafts but asked the draft for 3"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0"),  # a second check that catches it
@@ -123,6 +124,8 @@ UNSEEN_BY = {
     "verify_window_of_128": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz"),
     # the output is right, only the reported counts are not: acceptance rate and tokens/round lie
     "proposed_reported_as_accepted": ("greedy_identity", "sampling_distribution", "stateful_fuzz"),
+    # right at T = 0 and at k = 1: only the sampling check's k = 2 runs see it
+    "accept_uses_first_q_row": ("greedy_identity", "forced_acceptance", "draft_sampling"),
 }
 
 

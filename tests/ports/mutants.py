@@ -290,6 +290,14 @@ class SeedIgnored(SpecLoop):
         self.rng = SeedIgnored.shared
 
 
+class AcceptUsesFirstQRow(SpecLoop):
+    """At T > 0 every draft position's acceptance test and residual use the draft's first q row, q[0],
+    instead of its own row q[i]. Right at k = 1 and at T = 0; biased from the second draft on."""
+
+    def q_row(self, q, i):
+        return q[0]
+
+
 class BonusCountedAsAccepted(SpecLoop):
     """The output is right, but each round reports the bonus token as one more accepted draft."""
 
@@ -310,7 +318,7 @@ _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimSh
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
-               "bonus_counted_as_accepted": BonusCountedAsAccepted, "proposed_reported_as_accepted": ProposedReportedAsAccepted}
+               "bonus_counted_as_accepted": BonusCountedAsAccepted, "accept_uses_first_q_row": AcceptUsesFirstQRow, "proposed_reported_as_accepted": ProposedReportedAsAccepted}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
                   "checkpoint_ring_of_four", "decode_rope_table_of_256")
 _DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}

@@ -239,6 +239,10 @@ class SpecLoop:
         """p, the target's distribution the acceptance test and the residual use."""
         return _probs(logits, self.t)
 
+    def q_row(self, q, i):
+        """The draft's distribution for draft position i (a hook for the mutants; the truth is q[i])."""
+        return q[i]
+
     def accept(self, drafts, q, logits):
         """(accepted count, bonus)."""
         if self.t <= 0:
@@ -248,10 +252,10 @@ class SpecLoop:
                 a += 1
             return a, int(post[a])
         for i, d in enumerate(drafts):
-            p = self.target_probs(logits[i])
-            if self.rng.random() * q[i][d] < p[d]:
+            p, qi = self.target_probs(logits[i]), np.asarray(self.q_row(q, i), np.float64)
+            if self.rng.random() * qi[d] < p[d]:
                 continue
-            return i, _draw(self.residual(p, np.asarray(q[i], np.float64)), self.rng)
+            return i, _draw(self.residual(p, qi), self.rng)
         return len(drafts), _draw(_probs(logits[len(drafts)], self.t), self.rng)
 
     def context_rows(self, taps, a):
