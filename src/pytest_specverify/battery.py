@@ -44,6 +44,13 @@ def test_decode_prefill_consistency(check_prefill_consistency, specverify_port):
           f"bitwise {report.metrics['bitwise']}")
 
 
+@pytest.mark.parametrize("n", [1, 2])  # shorter than a conv window or a prefill chunk: the prefill's edge cases
+def test_short_prompts(check_prefill_consistency, check_commit_equivalence, specverify_port, n):
+    ids = specverify_port.encode("The quick brown fox")[:n]
+    check_prefill_consistency(ids)
+    check_commit_equivalence(ids)
+
+
 def test_long_context(check_long_context, specverify_port, specverify_settings):
     report = check_long_context(specverify_port.encode("The quick brown fox"))
     assert sum(report.counts.values()) == len(specverify_port.commit_paths), report.counts

@@ -56,11 +56,20 @@ def _reprefill(port):
     return decode_prefill_consistency(port, port.encode(PROMPT), max_new_tokens=16, tol=profile(port.tolerance))
 
 
+def _reprefill_one_token(port):  # the battery's short-prompt test
+    return decode_prefill_consistency(port, port.encode(PROMPT)[:1], max_new_tokens=16, tol=profile(port.tolerance))
+
+
+def _commit_one_token(port):
+    return commit_equivalence(port, port.encode(PROMPT)[:1], Settings.k_values, profile(port.tolerance))
+
+
 def _long_context(port):
     return long_context(port, port.encode(PROMPT), length=Settings.context, k=K, tol=profile(port.tolerance))
 
 
-CHECKS = {"long_context": _long_context, "draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
+CHECKS = {"long_context": _long_context, "decode_prefill_consistency_1_token": _reprefill_one_token,
+          "commit_equivalence_1_token": _commit_one_token, "draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
 # mutant -> (the check that catches it, text its failure message must contain)
@@ -89,6 +98,7 @@ TABLE = {
     "verify_window_of_128": ("long_context", "verify row 0 (token"),
     "bonus_counted_as_accepted": ("greedy_identity", "the loop's round counts do not fit its output"),
     "accept_uses_first_q_row": ("sampling_distribution", "k=2: x2 | t0, x1 along q[1] - q[0]: z ="),
+    "short_prefill_drops_conv": ("decode_prefill_consistency_1_token", "one-pass prefill of prompt + output disagrees"),
     "proposed_reported_as_accepted": ("forced_acceptance", "reports 0 proposed drafts but asked the draft for 3"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0"),  # a second check that catches it
@@ -126,6 +136,9 @@ UNSEEN_BY = {
     "proposed_reported_as_accepted": ("greedy_identity", "sampling_distribution", "stateful_fuzz"),
     # right at T = 0 and at k = 1: only the sampling check's k = 2 runs see it
     "accept_uses_first_q_row": ("greedy_identity", "forced_acceptance", "draft_sampling"),
+    # a prompt of K - 1 tokens or more is right: only the one-token prompt shows it
+    "short_prefill_drops_conv": ("decode_prefill_consistency", "commit_equivalence", "commit_equivalence_1_token",
+                                 "greedy_identity", "long_context"),
 }
 
 

@@ -119,6 +119,19 @@ def _engine_mutants():
             finally:
                 self._decode = False
 
+    class ShortPrefillDropsConv(Target):
+        """A prefill shorter than the conv window (fewer than K - 1 tokens) does not store its columns: the
+        conv window stays all zeros. Prompts of K - 1 tokens or more are right."""
+
+        def forward(self, tokens, state):
+            short = state.pos == 0 and len(tokens) < self.config.linear_conv_kernel_dim - 1
+            out = super().forward(tokens, state)
+            if short:
+                for s in state.layers:
+                    if isinstance(s, GDNLayerState):
+                        s.conv = np.zeros_like(s.conv)
+            return out
+
     class PrefillConvOffByOne(Target):
         """A prefill (several tokens from position 0) leaves the conv window one column late: it holds
         the K-1 pre-conv columns *before* the last one. Verify, commit and steps are right."""
@@ -134,7 +147,8 @@ def _engine_mutants():
 
     return {"prefill_conv_off_by_one": PrefillConvOffByOne, "conv_not_restored": ConvNotRestored, "recurrent_not_restored": RecurrentNotRestored,
             "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify,
-            "checkpoint_ring_of_four": CheckpointRingOfFour, "decode_rope_table_of_256": DecodeRopeTableOf256}
+            "checkpoint_ring_of_four": CheckpointRingOfFour, "decode_rope_table_of_256": DecodeRopeTableOf256,
+            "short_prefill_drops_conv": ShortPrefillDropsConv}
 
 
 class _WrappedDraft:
@@ -320,7 +334,7 @@ _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicate
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
                "bonus_counted_as_accepted": BonusCountedAsAccepted, "accept_uses_first_q_row": AcceptUsesFirstQRow, "proposed_reported_as_accepted": ProposedReportedAsAccepted}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
-                  "checkpoint_ring_of_four", "decode_rope_table_of_256")
+                  "checkpoint_ring_of_four", "decode_rope_table_of_256", "short_prefill_drops_conv")
 _DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}
 NAMES = ENGINE_MUTANTS + tuple(_DRAFT_WRAPPERS) + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
