@@ -14,7 +14,10 @@ round (d1 rejected, d1 accepted and d2 accepted or rejected), the second token x
 p(. | prompt, t0, x1). That is the claim for every draft position after the first, where a loop can
 pair a draft with the wrong q row, or with the wrong target row, and stay right at k = 1.
 
-Each is a pooled chi-square test at false-alarm rate ``alpha`` (zero-probability bins must be empty).
+Each is a pooled chi-square test at false-alarm rate ``alpha`` (zero-probability bins must be empty);
+the k = 2 tokens are also tested along q[1] - q[0] (``stats.directional_fit``), the direction a swapped
+q row pushes them, where the chi-square, split over many (t0, x1) contexts, has little power. Every
+run's accepted / proposed counts must be possible (``checks._check_bookkeeping``).
 """
 from __future__ import annotations
 
