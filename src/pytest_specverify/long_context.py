@@ -22,6 +22,7 @@ from typing import Sequence
 
 from .checks import CheckReport, _argmax
 from .compare import SpecVerifyFailure, first_state_difference
+from .protocol import NotSupported
 from .stats import log_softmax
 from .tolerance import Tolerance
 
@@ -48,11 +49,14 @@ def long_context(port, prompt: Sequence[int], *, length: int, k: int, tol: Toler
     import numpy as np
 
     prompt = list(prompt)
-    length = context_length(port, length)
-    if not prompt or length < len(prompt) + 2 * (k + 2):
-        raise ValueError(f"long_context needs a non-empty prompt and length >= len(prompt) + 2 * (k + 2) = "
-                         f"{len(prompt) + 2 * (k + 2)}, got length {length} for a {len(prompt)}-token prompt and k = {k}; "
-                         f"raise --specverify-context (or the port's max_context)")
+    asked, length = length, context_length(port, length)
+    need = len(prompt) + 2 * (k + 2)
+    if prompt and length < need <= asked:
+        raise NotSupported(f"port {getattr(port, 'name', port)!r} holds at most max_context = {length} tokens; the "
+                           f"long-context check needs {need} for a {len(prompt)}-token prompt and k = {k}")
+    if not prompt or length < need:
+        raise ValueError(f"long_context needs a non-empty prompt and length >= len(prompt) + 2 * (k + 2) = {need}, got "
+                         f"length {length} for a {len(prompt)}-token prompt and k = {k}; raise --specverify-context")
     rng = np.random.default_rng(seed)
     # the sequence the context is filled with; the spec round's rows follow it, so it stops k + 2 short
     fill = length - (k + 2)

@@ -26,6 +26,15 @@ def test_a_port_s_max_context_bounds_the_check():
     assert report.metrics["length"] == 100
 
 
+def test_a_port_too_small_for_the_check_is_a_skip_not_an_error():
+    from pytest_specverify.protocol import NotSupported
+
+    port = make_port(PortOptions())
+    port.max_context = 30
+    with pytest.raises(NotSupported, match="max_context = 30"):
+        long_context(port, port.encode("The capital of France is"), length=320, k=3, tol=profile(port.tolerance))
+
+
 def test_too_short_a_context_names_the_fix():
     port = make_port(PortOptions())
     with pytest.raises(ValueError, match="raise --specverify-context"):
