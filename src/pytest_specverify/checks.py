@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .compare import SpecVerifyFailure, first_state_difference, first_token_divergence, logit_margin, token_window
+from .compare import SpecVerifyFailure, first_state_difference, first_token_divergence, logit_margin, owned, token_window
 from .drafts import AuditedDraft, ForcingDraft, SelfDraft, cycle_script
 from .protocol import NotSupported
 from .tolerance import Tolerance
@@ -63,7 +63,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
         st = port.new_state()
         port.prefill(st, prompt)
         for t in rows:
-            ref_logits.append(np.asarray(port.step(st, t).logits)[-1])
+            ref_logits.append(owned(np.asarray(port.step(st, t).logits)[-1]))
         bonus = _argmax(ref_logits[k])
         for path in paths:
             for r in range(k + 2):
@@ -71,7 +71,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
                 where = f"commit path {path!r}, k={k}, rows {shape} = {rows}, kept {r} rows ({_rows_label(r, k)})"
                 st = port.new_state()
                 port.prefill(st, prompt)
-                ver = np.asarray(port.verify(st, rows, path=path).logits)
+                ver = owned(port.verify(st, rows, path=path).logits)
                 port.commit(st, r, path=path)
                 ref = port.new_state()
                 port.prefill(ref, prompt)
@@ -81,8 +81,8 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
                 if bad:
                     raise SpecVerifyFailure(f"{where}: after the commit, {bad}")
                 nxt = rows[r] if r <= k else bonus
-                got = np.asarray(port.step(st, nxt).logits)[-1]
-                want = np.asarray(port.step(ref, nxt).logits)[-1]
+                got = owned(np.asarray(port.step(st, nxt).logits)[-1])
+                want = owned(np.asarray(port.step(ref, nxt).logits)[-1])
                 bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
                 if bad:
                     raise SpecVerifyFailure(f"{where}: after one more step with token {nxt}, {bad}")
@@ -194,7 +194,7 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
     max_new = 1 + cycles * sum(min(p, k) + 1 for p in pattern)
     plain = list(port.generate(prompt, max_new_tokens=max_new + k + 1))
     seq = list(prompt) + plain
-    taps = port.prefill(port.new_state(), seq).taps
+    taps = owned(port.prefill(port.new_state(), seq).taps)
     same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b))) if taps is not None else None
     draft = ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same)
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=k, commit_path=commit_path)

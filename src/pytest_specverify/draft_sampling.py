@@ -43,7 +43,7 @@ def draft_sampling(port, prompt: Sequence[int], *, samples: int, k: int, tol: To
     q0, counts = None, np.zeros(port.vocab_size)
     for s in range(samples):
         out = draft.propose(dstate, anchor, k, temperature=temperature, rng=np.random.default_rng(seed + s))
-        toks, q = [int(t) for t in out.tokens], np.asarray(out.q, np.float64)
+        toks, q = [int(t) for t in out.tokens], np.array(out.q, np.float64)  # a copy: drafts may reuse buffers
         if q.shape != (k, port.vocab_size) or len(toks) != k:
             raise SpecVerifyFailure(f"propose returned {len(toks)} tokens and q of shape {q.shape}; expected {k} and "
                                     f"({k}, {port.vocab_size}) {where}")

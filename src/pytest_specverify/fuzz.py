@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .compare import SpecVerifyFailure, first_state_difference
+from .compare import SpecVerifyFailure, first_state_difference, owned
 from .tolerance import Tolerance
 
 
@@ -38,7 +38,7 @@ def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, 
 
         def _round(self, drafts, kept, path):
             rows = [self.next] + list(drafts)
-            ver = np.asarray(port.verify(self.st, rows, path=path).logits)
+            ver = owned(port.verify(self.st, rows, path=path).logits)
             port.commit(self.st, kept, path=path)
             for i, t in enumerate(rows[:kept]):
                 same_logits(ver[i], np.asarray(port.step(self.ref, t).logits)[-1], f"verify row {i} of {rows} (path {path!r})")
@@ -64,7 +64,7 @@ def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, 
 
         @rule()
         def step(self):
-            got = np.asarray(port.step(self.st, self.next).logits)[-1]
+            got = owned(np.asarray(port.step(self.st, self.next).logits)[-1])
             same_logits(got, np.asarray(port.step(self.ref, self.next).logits)[-1], f"plain step with token {self.next}")
             self.history.append(f"step {self.next}")
             self.next = int(np.argmax(got))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .checks import CheckReport
-from .compare import SpecVerifyFailure
+from .compare import SpecVerifyFailure, owned
 from .stats import log_softmax, softmax
 from .tolerance import Tolerance
 
@@ -41,7 +41,7 @@ def decode_prefill_consistency(port, prompt: Sequence[int], *, max_new_tokens: i
         if i + 1 < max_new_tokens:
             row = np.asarray(port.step(st, tokens[-1]).logits)[-1]
 
-    full = np.asarray(port.prefill(port.new_state(), prompt + tokens).logits)
+    full = owned(port.prefill(port.new_state(), prompt + tokens).logits)
     if full.shape[0] != len(prompt) + len(tokens):
         raise SpecVerifyFailure(f"prefill of {len(prompt) + len(tokens)} tokens returned {full.shape[0]} logit rows")
     prefill_rows = full[len(prompt) - 1 : -1].astype(np.float64)  # row j predicts tokens[j]

@@ -1,0 +1,81 @@
+"""Ports may return views of one output buffer that their next call overwrites (zero-copy outputs of a
+C++ or device port). The checks copy what they keep (``compare.owned``): without that, the verify rows
+and the reference steps they are compared with would be the same memory and every comparison would pass."""
+import numpy as np
+import pytest
+
+from pytest_specverify import SpecVerifyFailure, profile
+from pytest_specverify.checks import commit_equivalence
+from pytest_specverify.fuzz import run_commit_fuzz
+from pytest_specverify.long_context import long_context
+from pytest_specverify.protocol import PortOptions, Rows
+from pytest_specverify.reprefill import decode_prefill_consistency
+from tests.ports.qwen3_numpy import Qwen3Port
+
+PROMPT = "The capital of France is"
+
+
+class ReusedBuffers(Qwen3Port):
+    """Right, but every prefill / step / verify returns its logits and taps in the same two buffers."""
+
+    nudge = 0.0
+
+    def __init__(self):
+        super().__init__()
+        self._logits = self._taps = None
+
+    def _out(self, rows: Rows, verify=False) -> Rows:
+        logits, taps = np.asarray(rows.logits), np.asarray(rows.taps)
+        if self._logits is None or self._logits.shape[0] < logits.shape[0]:
+            self._logits = np.empty((max(logits.shape[0], 64),) + logits.shape[1:], logits.dtype)
+            self._taps = np.empty((max(taps.shape[0], 64),) + taps.shape[1:], taps.dtype)
+        n = logits.shape[0]
+        self._logits[:n], self._taps[:n] = logits, taps
+        if verify:
+            self._logits[0, 0] += self.nudge
+        return Rows(self._logits[:n], self._taps[:n])
+
+    def prefill(self, state, tokens):
+        return self._out(super().prefill(state, tokens))
+
+    def step(self, state, token):
+        return self._out(super().step(state, token))
+
+    def verify(self, state, tokens, *, path):
+        return self._out(super().verify(state, tokens, path=path), verify=True)
+
+
+class VerifyNudged(ReusedBuffers):
+    """Also wrong: the batched verify's first row is not the plain step's (one logit moved by 1e-2)."""
+
+    nudge = 1e-2
+
+
+def _tol(port):
+    return profile(port.tolerance)
+
+
+def test_a_correct_port_with_reused_buffers_passes():
+    port = ReusedBuffers()
+    commit_equivalence(port, port.encode(PROMPT), (0, 1, 3), _tol(port))
+    run_commit_fuzz(port, port.encode("Hello"), k_max=3, tol=_tol(port), max_examples=5, steps=4)
+    decode_prefill_consistency(port, port.encode(PROMPT), max_new_tokens=8, tol=_tol(port))
+    long_context(port, port.encode(PROMPT), length=96, k=3, tol=_tol(port))
+
+
+@pytest.mark.parametrize("check", ["commit_equivalence", "stateful_fuzz", "long_context"])
+def test_a_verify_that_is_not_the_step_is_caught_through_reused_buffers(check):
+    port = VerifyNudged()
+    with pytest.raises(SpecVerifyFailure, match="verify row 0"):
+        if check == "commit_equivalence":
+            commit_equivalence(port, port.encode(PROMPT), (1,), _tol(port))
+        elif check == "stateful_fuzz":
+            run_commit_fuzz(port, port.encode("Hello"), k_max=3, tol=_tol(port), max_examples=10, steps=6)
+        else:
+            long_context(port, port.encode(PROMPT), length=96, k=3, tol=_tol(port))
+
+
+def test_the_port_options_default_still_builds_the_plain_port():
+    from tests.ports.qwen3_numpy import make_port
+
+    assert type(make_port(PortOptions())) is Qwen3Port
