@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .compare import SpecVerifyFailure, first_state_difference, first_token_divergence, logit_margin, owned, token_window
+from .compare import SpecVerifyFailure, first_state_difference, first_token_divergence, logit_margin, owned, owned_arrays, token_window
 from .drafts import AuditedDraft, ForcingDraft, SelfDraft, cycle_script
 from .protocol import NotSupported
 from .tolerance import Tolerance
@@ -77,13 +77,13 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
                 port.prefill(ref, prompt)
                 for t in rows[:r]:
                     port.step(ref, t)
-                bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+                bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
                 if bad:
                     raise SpecVerifyFailure(f"{where}: after the commit, {bad}")
                 nxt = rows[r] if r <= k else bonus
                 got = owned(np.asarray(port.step(st, nxt).logits)[-1])
                 want = owned(np.asarray(port.step(ref, nxt).logits)[-1])
-                bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+                bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
                 if bad:
                     raise SpecVerifyFailure(f"{where}: after one more step with token {nxt}, {bad}")
                 if not tol.close(got, want):

@@ -15,6 +15,12 @@ def owned(a):
     return None if a is None else np.array(a, copy=True)
 
 
+def owned_arrays(arrays: Mapping[str, Any]) -> dict:
+    """:func:`owned` for every array of a ``state_arrays`` result (a device port may download every state
+    into the same host buffers)."""
+    return {name: owned(a) for name, a in arrays.items()}
+
+
 class SpecVerifyFailure(AssertionError):
     """A check found the port wrong; the message says where and by how much."""
 

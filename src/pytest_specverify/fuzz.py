@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .compare import SpecVerifyFailure, first_state_difference, owned
+from .compare import SpecVerifyFailure, first_state_difference, owned, owned_arrays
 from .tolerance import Tolerance
 
 
@@ -71,7 +71,7 @@ def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, 
 
         @invariant()
         def same_state(self):
-            bad = first_state_difference(port.state_arrays(self.st), port.state_arrays(self.ref), tol)
+            bad = first_state_difference(owned_arrays(port.state_arrays(self.st)), port.state_arrays(self.ref), tol)
             if bad:
                 raise SpecVerifyFailure(f"after {' ; '.join(self.history[-4:]) or 'the prefill'}: {bad}")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .checks import CheckReport, _argmax
-from .compare import SpecVerifyFailure, first_state_difference, owned
+from .compare import SpecVerifyFailure, first_state_difference, owned, owned_arrays
 from .protocol import NotSupported
 from .stats import log_softmax
 from .tolerance import Tolerance
@@ -139,12 +139,12 @@ def _spec_round_at(port, seq, k, tol, rng, paths, report) -> None:
                 j = int(np.argmax(np.abs(ver[i].astype(np.float64) - want)))
                 raise SpecVerifyFailure(f"{where}: verify row {i} (token {t}) logits differ from the single step's (token "
                                         f"{j}: {ver[i][j]!r} vs {want[j]!r}; {tol.describe()})\n  {HINT}")
-        bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+        bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
         if bad:
             raise SpecVerifyFailure(f"{where}: after the commit, {bad}\n  {HINT}")
         got = owned(np.asarray(port.step(st, nxt).logits)[-1])
         want = owned(np.asarray(port.step(ref, nxt).logits)[-1])
-        bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+        bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
         if bad:
             raise SpecVerifyFailure(f"{where}: after one more step with token {nxt}, {bad}\n  {HINT}")
         if not tol.close(got, want):

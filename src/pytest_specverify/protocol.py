@@ -14,7 +14,7 @@ State contract (the one every check leans on)::
                                       # what prefill + r single steps of those rows leave
     port.state_arrays(st)             # every live array by name: {"layer.0.keys": ndarray, ...}
 
-Returned logits, taps and draft proposals may be views of a buffer the port's next call overwrites
+Returned logits, taps, draft proposals and state arrays may be views of a buffer the port's next call overwrites
 (zero-copy outputs): the checks copy what they keep (``compare.owned``).
 
 Draft contract (``DraftLike``, the engine's): ``new_state()``; ``append_context(dstate, taps)`` with

@@ -45,6 +45,34 @@ class ReusedBuffers(Qwen3Port):
         return self._out(super().verify(state, tokens, path=path), verify=True)
 
 
+class SharedStateBuffers(ReusedBuffers):
+    """Right, and ``state_arrays`` of any state is downloaded into the same host buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self._state = {}
+
+    def state_arrays(self, state):
+        out = {}
+        for name, a in super().state_arrays(state).items():
+            buf = self._state.get(name)
+            if buf is None or buf.shape != a.shape:
+                buf = self._state[name] = np.empty_like(a)
+            buf[...] = a
+            out[name] = buf
+        return out
+
+
+class KVNudgedOnCommit(SharedStateBuffers):
+    """Also wrong: a commit moves one cached key of the last kept row by 1e-3 (same shapes everywhere)."""
+
+    def commit(self, state, accepted_rows, *, path, replay_check=False):
+        super().commit(state, accepted_rows, path=path, replay_check=replay_check)
+        cache = state.caches[0]
+        if cache.length:
+            cache.keys[0, cache.length - 1, 0] += 1e-3
+
+
 class VerifyNudged(ReusedBuffers):
     """Also wrong: the batched verify's first row is not the plain step's (one logit moved by 1e-2)."""
 
@@ -73,6 +101,18 @@ def test_a_verify_that_is_not_the_step_is_caught_through_reused_buffers(check):
             run_commit_fuzz(port, port.encode("Hello"), k_max=3, tol=_tol(port), max_examples=10, steps=6)
         else:
             long_context(port, port.encode(PROMPT), length=96, k=3, tol=_tol(port))
+
+
+def test_state_arrays_in_shared_buffers():
+    port = SharedStateBuffers()
+    commit_equivalence(port, port.encode(PROMPT), (0, 1, 3), _tol(port))
+    run_commit_fuzz(port, port.encode("Hello"), k_max=3, tol=_tol(port), max_examples=5, steps=4)
+    long_context(port, port.encode(PROMPT), length=96, k=3, tol=_tol(port))
+    bad = KVNudgedOnCommit()
+    with pytest.raises(SpecVerifyFailure, match="array 'layer.0.keys' first differs"):
+        commit_equivalence(bad, bad.encode(PROMPT), (1,), _tol(bad))
+    with pytest.raises(SpecVerifyFailure, match="array 'layer.0.keys' first differs"):
+        long_context(bad, bad.encode(PROMPT), length=96, k=3, tol=_tol(bad))
 
 
 def test_the_port_options_default_still_builds_the_plain_port():
