@@ -40,6 +40,32 @@ def _rows_label(r: int, k: int) -> str:
     return f"{r - 1} of {k} drafts accepted"
 
 
+def require_independent_states(port, prompt: Sequence[int], tol: Tolerance) -> None:
+    """Two states from ``new_state()`` must not share storage. Every check keeps a state and its
+    sequential reference side by side; if they shared their caches, each comparison would read the same
+    memory twice and pass whatever the port did. Probe: prefill a state, prefill a second one with other
+    tokens, step the first; it must step to what prefill + step on a fresh state gives."""
+    __tracebackhide__ = True
+    import numpy as np
+
+    prompt = list(prompt)
+    other = [(t + 1) % port.vocab_size for t in prompt]
+    a, b = port.new_state(), port.new_state()
+    port.prefill(a, prompt)
+    port.prefill(b, other)
+    got = owned(np.asarray(port.step(a, prompt[0]).logits)[-1])
+    fresh = port.new_state()
+    port.prefill(fresh, prompt)
+    want = owned(np.asarray(port.step(fresh, prompt[0]).logits)[-1])
+    if not tol.close(got, want):
+        i = int(np.argmax(np.abs(got.astype(np.float64) - want)))
+        raise SpecVerifyFailure(
+            f"new_state() does not give independent states: after a second state was prefilled with other tokens, "
+            f"the first one's next step differs from prefill + step on a fresh state (token {i}: {got[i]!r} vs "
+            f"{want[i]!r}; {tol.describe()}). Every check keeps a state and its sequential reference side by side, so "
+            f"with shared caches its comparisons would read the same memory twice; give each state its own storage")
+
+
 # -- 1. commit equivalence ----------------------------------------------------------------------
 def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol: Tolerance, *, seed: int = 0,
                        paths: Sequence[str] | None = None) -> CheckReport:
@@ -54,6 +80,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
     report = CheckReport("commit_equivalence")
     paths = list(paths or port.commit_paths)
     prompt = list(prompt)
+    require_independent_states(port, prompt, tol)
     for k in k_values:
         probe = port.new_state()
         last = _argmax(port.prefill(probe, prompt).logits[-1])

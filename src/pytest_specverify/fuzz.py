@@ -20,6 +20,9 @@ def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, 
 
     paths = list(paths or port.commit_paths)
     V = port.vocab_size
+    from .checks import require_independent_states
+
+    require_independent_states(port, prompt, tol)
     totals = {"rounds": 0, "zero_draft": 0, "full_accepts": 0}
 
     def same_logits(got, want, what):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport, _argmax
+from .checks import CheckReport, _argmax, require_independent_states
 from .compare import SpecVerifyFailure, first_state_difference, owned, owned_arrays
 from .protocol import NotSupported
 from .stats import log_softmax
@@ -62,6 +62,7 @@ def long_context(port, prompt: Sequence[int], *, length: int, k: int, tol: Toler
     fill = length - (k + 2)
     seq = prompt + [int(t) for t in rng.integers(0, port.vocab_size, size=fill - len(prompt))]
     report = CheckReport("long_context", metrics={"length": length, "prompt": len(prompt)})
+    require_independent_states(port, prompt, tol)
     _decode_vs_prefill(port, seq, len(prompt), tol, report)
     _spec_round_at(port, seq, k, tol, rng, list(paths or port.commit_paths), report)
     return report

@@ -6,7 +6,7 @@ engine: nothing here is specific to ``onebit_engine``.
 
 State contract (the one every check leans on)::
 
-    st = port.new_state()
+    st = port.new_state()             # storage of its own: checks keep several states side by side
     port.prefill(st, prompt)          # advances st by len(prompt); returns Rows(logits [T, V], taps)
     port.step(st, token)              # advances st by 1; Rows with T = 1
     port.verify(st, [last, d1..dk], path=p)   # one batched pass over k+1 rows; st holds them *pending*

@@ -99,6 +99,7 @@ TABLE = {
     "bonus_counted_as_accepted": ("greedy_identity", "the loop's round counts do not fit its output"),
     "accept_uses_first_q_row": ("sampling_distribution", "k=2: x2 | t0, x1 along q[1] - q[0]: z ="),
     "short_prefill_drops_conv": ("decode_prefill_consistency_1_token", "one-pass prefill of prompt + output disagrees"),
+    "states_share_caches": ("commit_equivalence", "new_state() does not give independent states"),
     "proposed_reported_as_accepted": ("forced_acceptance", "reports 0 proposed drafts but asked the draft for 3"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0"),  # a second check that catches it

@@ -1,6 +1,8 @@
-"""Ports may return views of one output buffer that their next call overwrites (zero-copy outputs of a
-C++ or device port). The checks copy what they keep (``compare.owned``): without that, the verify rows
-and the reference steps they are compared with would be the same memory and every comparison would pass."""
+"""The checks compare a port's state with its sequential reference side by side, so they must never
+read the same memory twice. Ports may return views of one output buffer that their next call
+overwrites (zero-copy outputs of a C++ or device port): the checks copy what they keep
+(``compare.owned``). And two states must not share storage: ``require_independent_states`` refuses a
+port whose states do (with shared caches a KV-not-trimmed bug passed commit equivalence)."""
 import numpy as np
 import pytest
 
@@ -113,6 +115,24 @@ def test_state_arrays_in_shared_buffers():
         commit_equivalence(bad, bad.encode(PROMPT), (1,), _tol(bad))
     with pytest.raises(SpecVerifyFailure, match="array 'layer.0.keys' first differs"):
         long_context(bad, bad.encode(PROMPT), length=96, k=3, tol=_tol(bad))
+
+
+def test_states_that_share_caches_are_refused_before_they_hide_a_bug():
+    from tests.ports.mutants import SharedCaches
+
+    class SharedAndUntrimmed(SharedCaches):  # and the KV is not trimmed on commit
+        def commit(self, state, accepted_rows):
+            start, rows = state.pending
+            super().commit(state, accepted_rows)
+            for c in state.caches:
+                c.length = start + rows
+
+    port = Qwen3Port(model_class=SharedAndUntrimmed)
+    for run in (lambda: commit_equivalence(port, port.encode(PROMPT), (0, 1, 3, 7), _tol(port)),
+                lambda: run_commit_fuzz(port, port.encode("Hello"), k_max=3, tol=_tol(port), max_examples=5, steps=4),
+                lambda: long_context(port, port.encode(PROMPT), length=96, k=3, tol=_tol(port))):
+        with pytest.raises(SpecVerifyFailure, match="new_state\\(\\) does not give independent states"):
+            run()
 
 
 def test_the_port_options_default_still_builds_the_plain_port():

@@ -312,6 +312,22 @@ class AcceptUsesFirstQRow(SpecLoop):
         return q[0]
 
 
+class SharedCaches(Qwen3Numpy):
+    """new_state() hands every state the same KV cache objects (one sequence at a time works; two states
+    side by side, as every check keeps them, do not)."""
+
+    _shared = None
+
+    def new_state(self):
+        st = super().new_state()
+        if SharedCaches._shared is None:
+            SharedCaches._shared = st.caches
+        for c in SharedCaches._shared:
+            c.length = 0
+        st.caches = SharedCaches._shared
+        return st
+
+
 class BonusCountedAsAccepted(SpecLoop):
     """The output is right, but each round reports the bonus token as one more accepted draft."""
 
@@ -328,7 +344,8 @@ class ProposedReportedAsAccepted(SpecLoop):
 
 _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimShort, "kv_trimmed_one_long": KVTrimLong,
                 "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset,
-                "decode_window_of_128": DecodeWindowOf128, "verify_window_of_128": VerifyWindowOf128}
+                "decode_window_of_128": DecodeWindowOf128, "verify_window_of_128": VerifyWindowOf128,
+                "states_share_caches": SharedCaches}
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
