@@ -41,10 +41,12 @@ def _rows_label(r: int, k: int) -> str:
 
 
 def require_independent_states(port, prompt: Sequence[int], tol: Tolerance) -> None:
-    """Two states from ``new_state()`` must not share storage. Every check keeps a state and its
-    sequential reference side by side; if they shared their caches, each comparison would read the same
-    memory twice and pass whatever the port did. Probe: prefill a state, prefill a second one with other
-    tokens, step the first; it must step to what prefill + step on a fresh state gives."""
+    """The state comparisons must be able to fail. Two states from ``new_state()`` must not share storage:
+    every check keeps a state and its sequential reference side by side, and with shared caches each
+    comparison would read the same memory twice and pass whatever the port did. And ``state_arrays``
+    must expose the live state: not nothing, and not arrays that stay the same when the state advances.
+    Probe: prefill a state, prefill a second one with other tokens, step the first; it must step to what
+    prefill + step on a fresh state gives, and its arrays must have changed with the step."""
     __tracebackhide__ = True
     import numpy as np
 
@@ -52,8 +54,17 @@ def require_independent_states(port, prompt: Sequence[int], tol: Tolerance) -> N
     other = [(t + 1) % port.vocab_size for t in prompt]
     a, b = port.new_state(), port.new_state()
     port.prefill(a, prompt)
+    before = owned_arrays(port.state_arrays(a))
+    if not before:
+        raise SpecVerifyFailure("state_arrays() returned no arrays, so no state comparison could ever fail; return "
+                                "every live array of the state by name (KV cut to its length, conv and recurrent state)")
     port.prefill(b, other)
     got = owned(np.asarray(port.step(a, prompt[0]).logits)[-1])
+    after = port.state_arrays(a)
+    if set(after) == set(before) and all(np.shape(after[n]) == before[n].shape and np.array_equal(after[n], before[n])
+                                         for n in before):
+        raise SpecVerifyFailure(f"state_arrays() returned the same arrays ({sorted(before)[:4]}...) before and after a "
+                                f"step: they do not show the live state, so no state comparison could fail")
     fresh = port.new_state()
     port.prefill(fresh, prompt)
     want = owned(np.asarray(port.step(fresh, prompt[0]).logits)[-1])

@@ -135,6 +135,24 @@ def test_states_that_share_caches_are_refused_before_they_hide_a_bug():
             run()
 
 
+class NoStateArrays(Qwen3Port):
+    def state_arrays(self, state):
+        return {}
+
+
+class FrozenStateArrays(Qwen3Port):
+    def state_arrays(self, state):
+        return {"layer.0.keys": np.zeros((2, 3))}
+
+
+@pytest.mark.parametrize("port_class,fragment", [(NoStateArrays, "returned no arrays"),
+                                                 (FrozenStateArrays, "the same arrays .* before and after a step")])
+def test_state_arrays_that_could_never_differ_are_refused(port_class, fragment):
+    port = port_class()
+    with pytest.raises(SpecVerifyFailure, match=fragment):
+        commit_equivalence(port, port.encode(PROMPT), (1,), _tol(port))
+
+
 def test_the_port_options_default_still_builds_the_plain_port():
     from tests.ports.qwen3_numpy import make_port
 
