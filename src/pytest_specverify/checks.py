@@ -158,10 +158,11 @@ def _round_of(run, index: int) -> str:
 
 def _check_bookkeeping(run, k: int, label: str = "") -> None:
     """What a SpecRun reports must be possible: 0 <= accepted <= proposed <= k each round, and the
-    recorded rounds must fit in the tokens emitted (1 from the prefill, accepted + 1 per round; only the
-    last round may be cut by max_new_tokens; zero-draft rounds left out only add tokens). Acceptance
-    rate and tokens per round are computed from these counts, so a loop that over-reports them (the
-    bonus counted as an accepted draft, say) reports speed it does not have."""
+    recorded rounds must fit in the tokens emitted (accepted + 1 per round; only the last round may be
+    cut by max_new_tokens; the prefill's token and zero-draft rounds left out only add tokens, so the
+    prefill's token is not counted, for loops whose first token comes from a round). Acceptance rate and
+    tokens per round are computed from these counts, so a loop that over-reports them (the bonus counted
+    as an accepted draft, say) reports speed it does not have."""
     __tracebackhide__ = True
     if len(run.accepted) != len(run.proposed):
         raise SpecVerifyFailure(f"{label}the loop reports {len(run.accepted)} accepted counts but {len(run.proposed)} proposed counts")
@@ -170,13 +171,13 @@ def _check_bookkeeping(run, k: int, label: str = "") -> None:
             raise SpecVerifyFailure(f"{label}round {j}: the loop reports {a} of {n} drafts accepted at k={k}; each round "
                                     f"needs 0 <= accepted <= proposed <= k")
     if run.accepted:
-        need = 1 + sum(a + 1 for a in run.accepted[:-1]) + 1
+        need = sum(a + 1 for a in run.accepted[:-1]) + 1
         if need > len(run.tokens):
             raise SpecVerifyFailure(
                 f"{label}the loop's round counts do not fit its output: {len(run.accepted)} rounds with accepted counts "
-                f"{list(run.accepted)[:12]} emit at least {need} tokens (1 from the prefill, accepted + 1 per round, the "
-                f"last round at least 1), but it returned {len(run.tokens)}; acceptance rate and tokens per round are "
-                f"over-reported (is the bonus token counted as an accepted draft?)")
+                f"{list(run.accepted)[:12]} emit at least {need} tokens (accepted + 1 per round, the last round at "
+                f"least 1), but it returned {len(run.tokens)}; acceptance rate and tokens per round are over-reported "
+                f"(is the bonus token counted as an accepted draft?)")
 
 
 def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, k: int, tol: Tolerance,

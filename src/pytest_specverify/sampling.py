@@ -99,7 +99,7 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int, seed: in
             x1_k2[toks[0]][toks[1]] += 1
         if len(toks) >= 3:
             x2[(toks[0], toks[1])][toks[2]] += 1
-            second_drafts += bool(run.accepted) and run.proposed[0] == 2 and run.accepted[0] >= 1
+            second_drafts += any(n == 2 and a >= 1 for a, n in zip(run.accepted, run.proposed))
     if rounds_seen < samples // 2:
         raise SpecVerifyFailure(f"only {rounds_seen} of {samples} runs recorded a speculative round; the sampling check "
                                 f"needs the loop's per-round accepted counts")
