@@ -161,6 +161,20 @@ def test_mutant_is_also_caught_by(mutant):
     assert fragment in str(info.value), str(info.value)
 
 
+def test_a_loop_that_asks_for_a_whole_block_and_uses_part_of_it_near_the_end_passes():
+    """Legal: ask the draft for k, use only what fits before max_new_tokens, report what was used."""
+    from tests.ports.qwen3_numpy import Qwen3Port, SpecLoop
+
+    class WholeBlock(SpecLoop):
+        def ask(self, n):
+            return self.k
+
+    port = Qwen3Port()
+    port.loop_class = WholeBlock
+    for check in ("forced_acceptance", "greedy_identity", "sampling_distribution"):
+        CHECKS[check](port)
+
+
 @pytest.fixture(scope="module", params=["onebit", "qwen3-numpy"])
 def correct_port(request):
     from pytest_specverify.protocol import PortOptions

@@ -265,6 +265,10 @@ class SpecLoop:
     def emitted(self, drafts, a, bonus):
         return list(drafts[:a]) + [bonus]
 
+    def ask(self, n):
+        """How many drafts to ask the draft for when the round uses n of them (a hook for loop variants)."""
+        return n
+
     def reported(self, a, n):
         """The (accepted, proposed) counts the run reports for a round (a hook for the mutants)."""
         return a, n
@@ -284,7 +288,7 @@ class SpecLoop:
                 d.append_context(ds, taps)
                 out.append(self.choose(logits[0]))
                 continue
-            prop = d.propose(ds, last, n, temperature=self.t, rng=self.rng if self.t > 0 else None)
+            prop = d.propose(ds, last, self.ask(n), temperature=self.t, rng=self.rng if self.t > 0 else None)
             drafts = [int(x) for x in prop.tokens[:n]]
             logits, taps = m.verify([last] + drafts, st)
             a, bonus = self.accept(drafts, prop.q, logits)
