@@ -23,9 +23,11 @@ def test_greedy_identity(check_greedy_identity, specverify_prompt_ids):
 
 
 def test_forced_acceptance_covers_every_accept_count(check_forced_acceptance, specverify_port, specverify_settings):
-    report = check_forced_acceptance(specverify_port.encode("def fibonacci(n):"))
-    k = specverify_settings.spec_k
-    assert all(report.counts[a] > 0 for a in range(k + 1)), report.counts
+    # every k of the run (a loop may special-case k = 1) on every commit path (the loop passes the path on)
+    for k in sorted({max(k, 1) for k in specverify_settings.k_values}):
+        for path in specverify_port.commit_paths:
+            report = check_forced_acceptance(specverify_port.encode("def fibonacci(n):"), k=k, commit_path=path)
+            assert all(report.counts[a] > 0 for a in range(k + 1)), (k, path, report.counts)
 
 
 def test_draft_consistency(check_draft_consistency, specverify_port):

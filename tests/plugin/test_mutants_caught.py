@@ -28,6 +28,10 @@ def _forced(port):
     return forced_acceptance(port, port.encode(PROMPT), k=K, tol=profile(port.tolerance))
 
 
+def _forced_k1(port):  # the battery runs forced acceptance at every k of the run
+    return forced_acceptance(port, port.encode(PROMPT), k=1, tol=profile(port.tolerance))
+
+
 def _sampling(port, temperature=1.0):
     return sampling_distribution(port, port.encode("ab"), samples=500, temperature=temperature)
 
@@ -68,7 +72,7 @@ def _long_context(port):
     return long_context(port, port.encode(PROMPT), length=Settings.context, k=K, tol=profile(port.tolerance))
 
 
-CHECKS = {"long_context": _long_context, "decode_prefill_consistency_1_token": _reprefill_one_token,
+CHECKS = {"long_context": _long_context, "forced_acceptance_k1": _forced_k1, "decode_prefill_consistency_1_token": _reprefill_one_token,
           "commit_equivalence_1_token": _commit_one_token, "draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
@@ -100,6 +104,7 @@ TABLE = {
     "accept_uses_first_q_row": ("sampling_distribution", "k=2: x2 | t0, x1 along q[1] - q[0]: z ="),
     "short_prefill_drops_conv": ("decode_prefill_consistency_1_token", "one-pass prefill of prompt + output disagrees"),
     "states_share_caches": ("commit_equivalence", "new_state() does not give independent states"),
+    "bonus_dropped_at_k1": ("forced_acceptance_k1", "it is the bonus token"),
     "proposed_reported_as_accepted": ("forced_acceptance", "reports 0 proposed drafts but asked the draft for 3"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0"),  # a second check that catches it
@@ -137,6 +142,10 @@ UNSEEN_BY = {
     "proposed_reported_as_accepted": ("greedy_identity", "sampling_distribution", "stateful_fuzz"),
     # right at T = 0 and at k = 1: only the sampling check's k = 2 runs see it
     "accept_uses_first_q_row": ("greedy_identity", "forced_acceptance", "draft_sampling"),
+    # the greedy checks run at the largest k only, hence forced acceptance at every k in the battery (the
+    # sampling check's k = 1 runs pass it too: after a dropped bonus the next token comes from p given the
+    # draft twice, too close to p for the pooled chi-square over small groups)
+    "bonus_dropped_at_k1": ("greedy_identity", "forced_acceptance", "sampling_distribution"),
     # a prompt of K - 1 tokens or more is right: only the one-token prompt shows it
     "short_prefill_drops_conv": ("decode_prefill_consistency", "commit_equivalence", "commit_equivalence_1_token",
                                  "greedy_identity", "long_context"),

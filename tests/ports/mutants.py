@@ -264,6 +264,13 @@ class BonusDropped(SpecLoop):
         return list(drafts[:a]) + ([bonus] if a < len(drafts) else [])
 
 
+class BonusDroppedAtK1(SpecLoop):
+    """With k = 1 only: after an accepted draft the bonus token is not emitted."""
+
+    def emitted(self, drafts, a, bonus):
+        return list(drafts[:a]) + ([bonus] if self.k > 1 or a < len(drafts) else [])
+
+
 class BonusDuplicated(SpecLoop):
     """The bonus token is emitted twice."""
 
@@ -346,7 +353,7 @@ _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimSh
                 "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset,
                 "decode_window_of_128": DecodeWindowOf128, "verify_window_of_128": VerifyWindowOf128,
                 "states_share_caches": SharedCaches}
-_PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_duplicated": BonusDuplicated,
+_PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_dropped_at_k1": BonusDroppedAtK1, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
                "bonus_counted_as_accepted": BonusCountedAsAccepted, "accept_uses_first_q_row": AcceptUsesFirstQRow, "proposed_reported_as_accepted": ProposedReportedAsAccepted}
