@@ -25,7 +25,9 @@ class Settings:
     row_set: int | None = None
     prompt_set: str = "default"
     num_prompts: int = 10
-    k_values: tuple[int, ...] = (0, 1, 3, 7)  # 7: an 8-row verify (a common row set, and rows past a 4-slot buffer)
+    # 7: an 8-row verify (a common row set, rows past a 4-slot buffer); 15: a 16-row verify (DFlash's block
+    # of 16, and a second row set of 8 rows)
+    k_values: tuple[int, ...] = (0, 1, 3, 7, 15)
     profile: str | None = None
     seed: int = 0
     samples: int = 800

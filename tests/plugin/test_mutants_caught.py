@@ -104,6 +104,7 @@ TABLE = {
     "accept_uses_first_q_row": ("sampling_distribution", "k=2: x2 | t0, x1 along q[1] - q[0]: z ="),
     "short_prefill_drops_conv": ("decode_prefill_consistency_1_token", "one-pass prefill of prompt + output disagrees"),
     "states_share_caches": ("commit_equivalence", "new_state() does not give independent states"),
+    "replay_record_of_eight": ("commit_equivalence", "k=15, rows [last, d1..d15]"),
     "bonus_dropped_at_k1": ("forced_acceptance_k1", "it is the bonus token"),
     "proposed_reported_as_accepted": ("forced_acceptance", "reports 0 proposed drafts but asked the draft for 3"),
 }
@@ -155,6 +156,11 @@ UNSEEN_BY = {
 @pytest.mark.parametrize("mutant,check", [(m, c) for m, cs in UNSEEN_BY.items() for c in cs])
 def test_the_output_checks_do_not_see_these(mutant, check):
     CHECKS[check](mutants.build(mutant))
+
+
+def test_the_replay_record_of_eight_needs_more_than_eight_rows():
+    """k up to 7 verifies at most 8 rows (one row set) and passes it; the default list reaches 15."""
+    _commit(mutants.build("replay_record_of_eight"), k_values=(0, 1, 3, 7))
 
 
 def test_the_checkpoint_ring_needs_more_than_four_rows():

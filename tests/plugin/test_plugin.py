@@ -88,7 +88,7 @@ def test_header_names_port_backend_row_set_seed_and_device(sv_pytester):
     sv_pytester.makepyfile("def test_ok(): pass")
     result = sv_pytester.runpytest("--specverify-seed", "7", "--specverify-backend", "reference", "--specverify-row-set", "4")
     result.stdout.fnmatch_lines([
-        "specverify: port=onebit backend=reference row_set=4 seed=7 profile=port default k=0,1,3,7 prompts=default (10)",
+        "specverify: port=onebit backend=reference row_set=4 seed=7 profile=port default k=0,1,3,7,15 prompts=default (10)",
         "specverify device: absent: no NPU*",
     ])
 

@@ -132,6 +132,20 @@ def _engine_mutants():
                         s.conv = np.zeros_like(s.conv)
             return out
 
+    class ReplayRecordOfEight(Target):
+        """The per-row recurrence inputs a verify records for the replay path live in one row set's worth
+        of slots (8): rows 9..16 of a longer verify overwrite slots 1..8, so replaying more than 8 rows
+        reads later rows' inputs. Right for every verify of at most 8 rows (k <= 7)."""
+
+        def verify(self, tokens, state, **kw):
+            out = super().verify(tokens, state, **kw)
+            rec = state.pending
+            for d in (rec.mixed, rec.alpha, rec.beta):
+                for i, a in d.items():
+                    n = len(a)  # slot j % 8 ends up holding the last row written to it
+                    d[i] = a[[t % 8 + 8 * ((n - 1 - t % 8) // 8) for t in range(n)]]
+            return out
+
     class PrefillConvOffByOne(Target):
         """A prefill (several tokens from position 0) leaves the conv window one column late: it holds
         the K-1 pre-conv columns *before* the last one. Verify, commit and steps are right."""
@@ -148,7 +162,7 @@ def _engine_mutants():
     return {"prefill_conv_off_by_one": PrefillConvOffByOne, "conv_not_restored": ConvNotRestored, "recurrent_not_restored": RecurrentNotRestored,
             "full_accept_branch_on_partial": FullAcceptBranchOnPartial, "snapshot_after_verify": SnapshotAfterVerify,
             "checkpoint_ring_of_four": CheckpointRingOfFour, "decode_rope_table_of_256": DecodeRopeTableOf256,
-            "short_prefill_drops_conv": ShortPrefillDropsConv}
+            "short_prefill_drops_conv": ShortPrefillDropsConv, "replay_record_of_eight": ReplayRecordOfEight}
 
 
 class _WrappedDraft:
@@ -358,7 +372,7 @@ _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_dropped_at_k1": BonusDroppe
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
                "bonus_counted_as_accepted": BonusCountedAsAccepted, "accept_uses_first_q_row": AcceptUsesFirstQRow, "proposed_reported_as_accepted": ProposedReportedAsAccepted}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
-                  "checkpoint_ring_of_four", "decode_rope_table_of_256", "short_prefill_drops_conv")
+                  "checkpoint_ring_of_four", "decode_rope_table_of_256", "short_prefill_drops_conv", "replay_record_of_eight")
 _DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}
 NAMES = ENGINE_MUTANTS + tuple(_DRAFT_WRAPPERS) + tuple(_PORT_MODELS) + tuple(_PORT_LOOPS)
 
