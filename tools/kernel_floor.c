@@ -209,29 +209,21 @@ int main(void) {
     pthread_t tid;
     if (pthread_create(&tid, NULL, helper, NULL)) return 1;
     double chains_2t = 8.0 * 2 * 50000000L / two_threads(50000000L) / 1e9, best_xor_2t = 1e9;
-    for (int rep = 0; rep < REPS; rep++) { /* interleaved: a busy spell hits both alike */
-        evict();
-        double t = now();
-        sign_mix(w, x, o);
-        t = now() - t;
-        best_sign = t < best_sign ? t : best_sign;
-        sink += o[rep];
-        evict();
-        t = now();
-        xor_mix(w, x, o);
-        t = now() - t;
-        best_xor = t < best_xor ? t : best_xor;
-        sink += o[rep];
-        evict();
-        t = two_threads(0);
-        best_xor_2t = t < best_xor_2t ? t : best_xor_2t;
-        sink += o[rep];
-        evict();
-        t = now();
-        i16_mix(w, x16, o);
-        t = now() - t;
-        best_i16 = t < best_i16 ? t : best_i16;
-        sink += o[rep];
+/* one cold run of CALL (the weights evicted first), its seconds folded into the minimum BEST */
+#define COLD_MIN(BEST, CALL)                  \
+    do {                                      \
+        evict();                              \
+        double t0 = now();                    \
+        CALL;                                 \
+        double dt = now() - t0;               \
+        BEST = dt < BEST ? dt : BEST;         \
+        sink += o[rep];                       \
+    } while (0)
+    for (int rep = 0; rep < REPS; rep++) { /* interleaved: a busy spell hits every mix alike */
+        COLD_MIN(best_sign, sign_mix(w, x, o));
+        COLD_MIN(best_xor, xor_mix(w, x, o));
+        COLD_MIN(best_xor_2t, two_threads(0));
+        COLD_MIN(best_i16, i16_mix(w, x16, o));
     }
     /* 8 rows x N x K MACs; every mix needs at least 2 multiply uops per 32 MACs (the sign mix 3: vpsignb
      * runs on the multiply pipes here, see with_sign) */

@@ -9,7 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .compare import SpecVerifyFailure, first_state_difference, first_token_divergence, logit_margin, owned, owned_arrays, token_window
+from .compare import (SpecVerifyFailure, first_logit_difference, first_state_difference, first_token_divergence,
+                      logit_margin, owned_outputs, token_window)
 from .drafts import AuditedDraft, ForcingDraft, SelfDraft, cycle_script
 from .protocol import NotSupported
 from .tolerance import Tolerance
@@ -48,18 +49,19 @@ def require_independent_states(port, prompt: Sequence[int], tol: Tolerance) -> N
     Probe: prefill a state, prefill a second one with other tokens, step the first; it must step to what
     prefill + step on a fresh state gives, and its arrays must have changed with the step."""
     __tracebackhide__ = True
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     prompt = list(prompt)
     other = [(t + 1) % port.vocab_size for t in prompt]
     a, b = port.new_state(), port.new_state()
     port.prefill(a, prompt)
-    before = owned_arrays(port.state_arrays(a))
+    before = port.state_arrays(a)
     if not before:
         raise SpecVerifyFailure("state_arrays() returned no arrays, so no state comparison could ever fail; return "
                                 "every live array of the state by name (KV cut to its length, conv and recurrent state)")
     port.prefill(b, other)
-    got = owned(np.asarray(port.step(a, prompt[0]).logits)[-1])
+    got = np.asarray(port.step(a, prompt[0]).logits)[-1]
     after = port.state_arrays(a)
     if set(after) == set(before) and all(np.shape(after[n]) == before[n].shape and np.array_equal(after[n], before[n])
                                          for n in before):
@@ -67,14 +69,49 @@ def require_independent_states(port, prompt: Sequence[int], tol: Tolerance) -> N
                                 f"step: they do not show the live state, so no state comparison could fail")
     fresh = port.new_state()
     port.prefill(fresh, prompt)
-    want = owned(np.asarray(port.step(fresh, prompt[0]).logits)[-1])
-    if not tol.close(got, want):
-        i = int(np.argmax(np.abs(got.astype(np.float64) - want)))
+    bad = first_logit_difference(got, np.asarray(port.step(fresh, prompt[0]).logits)[-1], tol)
+    if bad:
         raise SpecVerifyFailure(
             f"new_state() does not give independent states: after a second state was prefilled with other tokens, "
-            f"the first one's next step differs from prefill + step on a fresh state (token {i}: {got[i]!r} vs "
-            f"{want[i]!r}; {tol.describe()}). Every check keeps a state and its sequential reference side by side, so "
-            f"with shared caches its comparisons would read the same memory twice; give each state its own storage")
+            f"the first one's next step differs from prefill + step on a fresh state ({bad}). Every check keeps a "
+            f"state and its sequential reference side by side, so with shared caches its comparisons would read the "
+            f"same memory twice; give each state its own storage")
+
+
+def commit_round(port, prompt: Sequence[int], rows: Sequence[int], kept: int, path: str, nxt: int, tol: Tolerance,
+                 where: str, hint: str = ""):
+    """One verify of ``rows`` after ``prefill(prompt)``, a commit of ``kept`` rows on ``path``, then one
+    step with ``nxt``, against a fresh ``prefill(prompt)`` plus single steps of the kept rows: the kept
+    rows' verify logits, the state after the commit and after the step, and that step's logits must
+    agree. Returns the verify's logits (every row, for the caller's own row checks)."""
+    __tracebackhide__ = True
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
+    import numpy as np
+
+    st = port.new_state()
+    port.prefill(st, prompt)
+    ver = np.asarray(port.verify(st, rows, path=path).logits)
+    port.commit(st, kept, path=path)
+    ref = port.new_state()
+    port.prefill(ref, prompt)
+    for i, t in enumerate(rows[:kept]):
+        bad = first_logit_difference(ver[i], np.asarray(port.step(ref, t).logits)[-1], tol)
+        if bad:
+            raise SpecVerifyFailure(f"{where}: verify row {i} (token {t}) logits differ from the single step's ({bad}) - "
+                                    f"the batched pass is not row-for-row the plain step{hint}")
+    bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+    if bad:
+        raise SpecVerifyFailure(f"{where}: after the commit, {bad}{hint}")
+    got = np.asarray(port.step(st, nxt).logits)[-1]
+    want = np.asarray(port.step(ref, nxt).logits)[-1]
+    bad = first_state_difference(port.state_arrays(st), port.state_arrays(ref), tol)
+    if bad:
+        raise SpecVerifyFailure(f"{where}: after one more step with token {nxt}, {bad}{hint}")
+    bad = first_logit_difference(got, want, tol)
+    if bad:
+        raise SpecVerifyFailure(f"{where}: the next step's logits differ from the sequential reference ({bad}; argmax "
+                                f"{_argmax(got)} vs {_argmax(want)}){hint}")
+    return ver
 
 
 # -- 1. commit equivalence ----------------------------------------------------------------------
@@ -85,6 +122,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
     equal prefill + the same rows as single steps. Also: every verify row's logits equal the single
     step's."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -101,42 +139,19 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
         st = port.new_state()
         port.prefill(st, prompt)
         for t in rows:
-            ref_logits.append(owned(np.asarray(port.step(st, t).logits)[-1]))
+            ref_logits.append(np.asarray(port.step(st, t).logits)[-1])
         bonus = _argmax(ref_logits[k])
         for path in paths:
             for r in range(k + 2):
                 shape = f"[last, d1..d{k}]" if k else "[last]"
                 where = f"commit path {path!r}, k={k}, rows {shape} = {rows}, kept {r} rows ({_rows_label(r, k)})"
-                st = port.new_state()
-                port.prefill(st, prompt)
-                ver = owned(port.verify(st, rows, path=path).logits)
-                port.commit(st, r, path=path)
-                ref = port.new_state()
-                port.prefill(ref, prompt)
-                for t in rows[:r]:
-                    port.step(ref, t)
-                bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
-                if bad:
-                    raise SpecVerifyFailure(f"{where}: after the commit, {bad}")
-                nxt = rows[r] if r <= k else bonus
-                got = owned(np.asarray(port.step(st, nxt).logits)[-1])
-                want = owned(np.asarray(port.step(ref, nxt).logits)[-1])
-                bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
-                if bad:
-                    raise SpecVerifyFailure(f"{where}: after one more step with token {nxt}, {bad}")
-                if not tol.close(got, want):
-                    i = int(np.argmax(np.abs(got.astype(np.float64) - want)))
-                    raise SpecVerifyFailure(
-                        f"{where}: the next step's logits differ from the sequential reference (token {i}: "
-                        f"{got[i]!r} vs {want[i]!r}; argmax {_argmax(got)} vs {_argmax(want)}; {tol.describe()})")
+                ver = commit_round(port, prompt, rows, r, path, rows[r] if r <= k else bonus, tol, where)
                 report.counts[(path, k, r)] += 1
             for i in range(k + 1):
-                if not tol.close(ver[i], ref_logits[i]):
-                    j = int(np.argmax(np.abs(ver[i].astype(np.float64) - ref_logits[i])))
-                    raise SpecVerifyFailure(
-                        f"commit path {path!r}, k={k}: verify row {i} (token {rows[i]}) logits differ from the single step's "
-                        f"(token {j}: {ver[i][j]!r} vs {ref_logits[i][j]!r}; {tol.describe()}) - the batched pass is not "
-                        f"row-for-row the plain step")
+                bad = first_logit_difference(ver[i], ref_logits[i], tol)
+                if bad:
+                    raise SpecVerifyFailure(f"commit path {path!r}, k={k}: verify row {i} (token {rows[i]}) logits differ "
+                                            f"from the single step's ({bad}) - the batched pass is not row-for-row the plain step")
     expected = sum((k + 2) * len(paths) for k in k_values)
     if sum(report.counts.values()) != expected:
         raise SpecVerifyFailure(f"commit_equivalence ran {sum(report.counts.values())} commits, expected {expected}")
@@ -185,6 +200,7 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
     """Speculative greedy output == plain greedy output of the same port. A divergence fails unless
     the profile is not exact and the plain logits' top-2 margin there is a near-tie."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     report = CheckReport("greedy_identity")
@@ -227,13 +243,14 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
     count, the output must be plain greedy, the draft must get the right anchor and context rows, and
     every accept count in the pattern (incl. 0 and the full k) must actually have happened."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     pattern = list(pattern if pattern is not None else default_pattern(k))
     max_new = 1 + cycles * sum(min(p, k) + 1 for p in pattern)
     plain = list(port.generate(prompt, max_new_tokens=max_new + k + 1))
     seq = list(prompt) + plain
-    taps = owned(port.prefill(port.new_state(), seq).taps)
+    taps = port.prefill(port.new_state(), seq).taps
     same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b))) if taps is not None else None
     draft = ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same)
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=k, commit_path=commit_path)
@@ -275,6 +292,7 @@ def self_draft_accepts_all(port, prompt: Sequence[int], *, k: int, max_new_token
                            commit_path: str | None = None) -> CheckReport:
     """Draft == target: at T = 0 every draft is accepted (exact ports) and the output is plain greedy."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     draft = SelfDraft(port, prompt)
     report = greedy_identity(port, prompt, draft, max_new_tokens=max_new_tokens, k=k, tol=tol,
                              commit_path=commit_path, label="self-draft: ")
@@ -296,6 +314,7 @@ def draft_consistency(port, prompt: Sequence[int], *, k: int, max_new_tokens: in
     propose must not leave anything behind (its block's K/V, a moved position) that later rounds see.
     Such a bug keeps the output right and only costs acceptance, so no output check can see it."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     same = None if tol.exact else (lambda a, b: tol.close(np.asarray(a), np.asarray(b)))
@@ -318,6 +337,7 @@ def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *,
     """On a full accept, the state the batch left ("keep") equals the replayed state bit for bit
     (max |diff| 0, whatever the profile), and the port's own replay check agrees."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     paths = list(port.commit_paths)
@@ -335,7 +355,7 @@ def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *,
             rows = rows or [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
             port.verify(st, rows, path=path)
             port.commit(st, k + 1, path=path)
-            states[path] = {n: np.array(a) for n, a in port.state_arrays(st).items()}
+            states[path] = port.state_arrays(st)  # already a copy (owned_outputs)
         bad = first_state_difference(states["keep"], states["replay"], exact)
         if bad:
             raise SpecVerifyFailure(f"full accept of k={k} rows {rows}: the kept batch state differs from the replayed one "

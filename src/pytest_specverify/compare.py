@@ -7,9 +7,9 @@ from .tolerance import Tolerance
 
 
 def owned(a):
-    """A copy of an array a port returned. A port may hand out views of a buffer that its next call
+    """A copy of an array a port or draft returned. It may hand out views of a buffer that its next call
     overwrites (zero-copy outputs of a C++ or device port); two such results compared later would be
-    the same memory and always "equal"."""
+    the same memory and always "equal". Checks drive ports through :func:`owned_outputs`."""
     import numpy as np
 
     return None if a is None else np.array(a, copy=True)
@@ -19,6 +19,39 @@ def owned_arrays(arrays: Mapping[str, Any]) -> dict:
     """:func:`owned` for every array of a ``state_arrays`` result (a device port may download every state
     into the same host buffers)."""
     return {name: owned(a) for name, a in arrays.items()}
+
+
+class _OwnedOutputs:
+    """The port, with every array it hands to a check copied on the way out: ``prefill`` / ``step`` /
+    ``verify`` logits and taps, and ``state_arrays``. Everything else is the port's own."""
+
+    def __init__(self, port):
+        self._port = port
+
+    def __getattr__(self, name):
+        return getattr(self._port, name)
+
+    def _rows(self, rows):
+        from .protocol import Rows
+
+        return Rows(owned(rows.logits), owned(getattr(rows, "taps", None)))
+
+    def prefill(self, state, tokens):
+        return self._rows(self._port.prefill(state, tokens))
+
+    def step(self, state, token):
+        return self._rows(self._port.step(state, token))
+
+    def verify(self, state, tokens, *, path):
+        return self._rows(self._port.verify(state, tokens, path=path))
+
+    def state_arrays(self, state):
+        return owned_arrays(self._port.state_arrays(state))
+
+
+def owned_outputs(port):
+    """``port`` as every check drives it: its outputs copied (idempotent)."""
+    return port if isinstance(port, _OwnedOutputs) else _OwnedOutputs(port)
 
 
 class SpecVerifyFailure(AssertionError):
@@ -47,6 +80,18 @@ def first_state_difference(got: Mapping[str, Any], ref: Mapping[str, Any], tol: 
         return (f"array {name!r} first differs at index {idx}: port {a[idx].item()!r} vs reference {b[idx].item()!r} "
                 f"(max |diff| {float(diff.max()):.3e}, {int(bad.sum())} of {a.size} elements outside {tol.describe()})")
     return None
+
+
+def first_logit_difference(got, want, tol: Tolerance) -> str | None:
+    """None when two logit rows agree within ``tol``; else "token i: got vs want; <tolerance>" at the
+    largest difference."""
+    import numpy as np
+
+    got, want = np.asarray(got), np.asarray(want)
+    if tol.close(got, want):
+        return None
+    i = int(np.argmax(np.abs(got.astype(np.float64) - want)))
+    return f"token {i}: {got[i]!r} vs {want[i]!r}; {tol.describe()}"
 
 
 def _row_hint(sa, sb) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .checks import CheckReport
-from .compare import SpecVerifyFailure
+from .compare import SpecVerifyFailure, owned, owned_outputs
 from .stats import conditional_fit
 from .tolerance import Tolerance
 
@@ -30,6 +30,7 @@ SUM_TOL = 1e-4  # float32 softmax rows over a large vocabulary sum to 1 within ~
 def draft_sampling(port, prompt: Sequence[int], *, samples: int, k: int, tol: Tolerance, seed: int = 0,
                    temperature: float = 1.0, alpha: float = 1e-6) -> CheckReport:
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     if temperature <= 0 or samples < 1 or k < 1:
@@ -43,7 +44,7 @@ def draft_sampling(port, prompt: Sequence[int], *, samples: int, k: int, tol: To
     q0, counts = None, np.zeros(port.vocab_size)
     for s in range(samples):
         out = draft.propose(dstate, anchor, k, temperature=temperature, rng=np.random.default_rng(seed + s))
-        toks, q = [int(t) for t in out.tokens], np.array(out.q, np.float64)  # a copy: drafts may reuse buffers
+        toks, q = [int(t) for t in out.tokens], owned(out.q).astype(np.float64)  # a copy: drafts may reuse buffers
         if q.shape != (k, port.vocab_size) or len(toks) != k:
             raise SpecVerifyFailure(f"propose returned {len(toks)} tokens and q of shape {q.shape}; expected {k} and "
                                     f"({k}, {port.vocab_size}) {where}")

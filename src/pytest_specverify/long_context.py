@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport, _argmax, require_independent_states
-from .compare import SpecVerifyFailure, first_state_difference, owned, owned_arrays
-from .protocol import NotSupported
+from .checks import CheckReport, _argmax, commit_round, require_independent_states
+from .compare import SpecVerifyFailure, owned_outputs
+from .protocol import NotSupported, context_length
 from .stats import log_softmax
 from .tolerance import Tolerance
 
@@ -31,21 +31,10 @@ HINT = ("look at what changes with the length of the context: a KV cache capacit
         "RoPE / position table of fixed size, a position counter in a small integer type, a chunked prefill")
 
 
-def context_length(port, length: int) -> int:
-    """``length``, or the port's optional ``max_context`` attribute (the most tokens one state may hold)
-    when that is smaller."""
-    limit = getattr(port, "max_context", None)
-    if limit is None:
-        return length
-    if not isinstance(limit, int) or limit < 2:
-        raise ValueError(f"port {getattr(port, 'name', port)!r} declares max_context = {limit!r}; it must be an int >= 2 "
-                         f"(the most tokens one state may hold) or absent")
-    return min(length, limit)
-
-
 def long_context(port, prompt: Sequence[int], *, length: int, k: int, tol: Tolerance, seed: int = 0,
                  paths: Sequence[str] | None = None) -> CheckReport:
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     prompt = list(prompt)
@@ -74,7 +63,7 @@ def _decode_vs_prefill(port, seq, n_prompt, tol, report) -> None:
     __tracebackhide__ = True
     import numpy as np
 
-    full = owned(port.prefill(port.new_state(), seq).logits)
+    full = np.asarray(port.prefill(port.new_state(), seq).logits)
     if full.shape[0] != len(seq):
         raise SpecVerifyFailure(f"prefill of {len(seq)} tokens returned {full.shape[0]} logit rows")
     st = port.new_state()
@@ -117,39 +106,13 @@ def _decode_vs_prefill(port, seq, n_prompt, tol, report) -> None:
 
 def _spec_round_at(port, seq, k, tol, rng, paths, report) -> None:
     __tracebackhide__ = True
-    import numpy as np
 
-    def prefilled():
-        st = port.new_state()
-        return st, _argmax(port.prefill(st, seq).logits[-1])
-
-    _, last = prefilled()
+    last = _argmax(port.prefill(port.new_state(), seq).logits[-1])
     rows = [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
     for path in paths:
         kept = int(rng.integers(1, k + 1)) if k else 1  # a partial accept (kept - 1 of k drafts) when k > 0
         nxt = rows[kept] if kept <= k else rows[0]  # the token of the step after the commit (any token will do)
         where = (f"at long context (position {len(seq)}), commit path {path!r}: verify of {rows}, kept {kept} rows "
                  f"({kept - 1} of {k} drafts accepted)")
-        st, _ = prefilled()
-        ver = owned(port.verify(st, rows, path=path).logits)
-        port.commit(st, kept, path=path)
-        ref, _ = prefilled()
-        for i, t in enumerate(rows[:kept]):
-            want = np.asarray(port.step(ref, t).logits)[-1]
-            if not tol.close(ver[i], want):
-                j = int(np.argmax(np.abs(ver[i].astype(np.float64) - want)))
-                raise SpecVerifyFailure(f"{where}: verify row {i} (token {t}) logits differ from the single step's (token "
-                                        f"{j}: {ver[i][j]!r} vs {want[j]!r}; {tol.describe()})\n  {HINT}")
-        bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
-        if bad:
-            raise SpecVerifyFailure(f"{where}: after the commit, {bad}\n  {HINT}")
-        got = owned(np.asarray(port.step(st, nxt).logits)[-1])
-        want = owned(np.asarray(port.step(ref, nxt).logits)[-1])
-        bad = first_state_difference(owned_arrays(port.state_arrays(st)), port.state_arrays(ref), tol)
-        if bad:
-            raise SpecVerifyFailure(f"{where}: after one more step with token {nxt}, {bad}\n  {HINT}")
-        if not tol.close(got, want):
-            j = int(np.argmax(np.abs(got.astype(np.float64) - want)))
-            raise SpecVerifyFailure(f"{where}: the next step's logits differ from prefill + single steps (token {j}: "
-                                    f"{got[j]!r} vs {want[j]!r}; {tol.describe()})\n  {HINT}")
+        commit_round(port, seq, rows, kept, path, nxt, tol, where, hint=f"\n  {HINT}")
         report.counts[(path, k, kept)] += 1

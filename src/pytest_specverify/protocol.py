@@ -15,7 +15,7 @@ State contract (the one every check leans on)::
     port.state_arrays(st)             # every live array by name: {"layer.0.keys": ndarray, ...}
 
 Returned logits, taps, draft proposals and state arrays may be views of a buffer the port's next call overwrites
-(zero-copy outputs): the checks copy what they keep (``compare.owned``).
+(zero-copy outputs): every check drives the port through ``compare.owned_outputs``, which copies them.
 
 Draft contract (``DraftLike``, the engine's): ``new_state()``; ``append_context(dstate, taps)`` with
 the target's taps of every *committed* row, in order; ``propose(dstate, anchor, n, *, temperature,
@@ -130,12 +130,22 @@ def byte_encode(text: str, vocab_size: int) -> list[int]:
     return [b % vocab_size for b in text.encode("utf-8")]
 
 
+def _declared_limit(port: Any, attr: str, value: int, lowest: int, meaning: str) -> int:
+    """``min(value, port.<attr>)`` when the port declares that optional attribute, else ``value``."""
+    limit = getattr(port, attr, None)
+    if limit is None:
+        return value
+    if not isinstance(limit, int) or limit < lowest:
+        raise ValueError(f"port {getattr(port, 'name', port)!r} declares {attr} = {limit!r}; it must be an int >= {lowest} "
+                         f"({meaning}) or absent")
+    return min(value, limit)
+
+
 def own_draft_k(port: Any, k: int) -> int:
     """k for a check that runs the port's own draft: ``min(k, port.max_k)`` when the port declares one."""
-    limit = getattr(port, "max_k", None)
-    if limit is None:
-        return k
-    if not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"port {getattr(port, 'name', port)!r} declares max_k = {limit!r}; it must be an int >= 1 "
-                         f"(the largest k its own draft proposes) or absent")
-    return min(k, limit)
+    return _declared_limit(port, "max_k", k, 1, "the largest k its own draft proposes")
+
+
+def context_length(port: Any, length: int) -> int:
+    """Tokens for the long-context check: ``min(length, port.max_context)`` when the port declares one."""
+    return _declared_limit(port, "max_context", length, 2, "the most tokens one state may hold")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .checks import CheckReport
-from .compare import SpecVerifyFailure, owned
+from .compare import SpecVerifyFailure, owned_outputs
 from .stats import log_softmax, softmax
 from .tolerance import Tolerance
 
@@ -24,6 +24,7 @@ from .tolerance import Tolerance
 def decode_prefill_consistency(port, prompt: Sequence[int], *, max_new_tokens: int, tol: Tolerance, seed: int = 0,
                                temperature: float = 1.0) -> CheckReport:
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     if max_new_tokens < 1 or temperature <= 0:
@@ -41,7 +42,7 @@ def decode_prefill_consistency(port, prompt: Sequence[int], *, max_new_tokens: i
         if i + 1 < max_new_tokens:
             row = np.asarray(port.step(st, tokens[-1]).logits)[-1]
 
-    full = owned(port.prefill(port.new_state(), prompt + tokens).logits)
+    full = np.asarray(port.prefill(port.new_state(), prompt + tokens).logits)
     if full.shape[0] != len(prompt) + len(tokens):
         raise SpecVerifyFailure(f"prefill of {len(prompt) + len(tokens)} tokens returned {full.shape[0]} logit rows")
     prefill_rows = full[len(prompt) - 1 : -1].astype(np.float64)  # row j predicts tokens[j]

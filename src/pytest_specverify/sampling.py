@@ -25,7 +25,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from .checks import CheckReport, _check_bookkeeping
-from .compare import SpecVerifyFailure
+from .compare import SpecVerifyFailure, owned_outputs
 from .drafts import DistributionDraft
 from .stats import conditional_fit, directional_fit, softmax
 
@@ -43,6 +43,7 @@ def draft_distribution(vocab: int, seed: int, sharpness: float = 1.5):
 def sampling_distribution(port, prompt: Sequence[int], *, samples: int, seed: int = 0, temperature: float = 1.0,
                           alpha: float = 1e-6, commit_path: str | None = None) -> CheckReport:
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
     V = port.vocab_size

@@ -5,18 +5,10 @@ import numpy as np
 import pytest
 
 from pytest_specverify import SpecVerifyFailure, profile
-from pytest_specverify.long_context import WINDOW, context_length, long_context
+from pytest_specverify.long_context import WINDOW, long_context
 from pytest_specverify.protocol import PortOptions
 from tests.ports import mutants
 from tests.ports.qwen3_numpy import make_port
-
-
-def test_context_length_clamps_to_max_context_and_refuses_nonsense():
-    assert context_length(types.SimpleNamespace(), 320) == 320  # no max_context: no limit
-    assert context_length(types.SimpleNamespace(max_context=200), 320) == 200
-    assert context_length(types.SimpleNamespace(max_context=4096), 320) == 320
-    with pytest.raises(ValueError, match="max_context = 1"):
-        context_length(types.SimpleNamespace(name="p", max_context=1), 320)
 
 
 def test_a_port_s_max_context_bounds_the_check():

@@ -1,18 +1,20 @@
-"""A port's optional max_k bounds the k of the checks that run its own draft, and only those."""
+"""A port's optional max_k bounds the k of the checks that run its own draft, and only those; its optional
+max_context bounds the long-context check (one shared rule for both)."""
 import types
 
 import pytest
 
-from pytest_specverify.protocol import PortOptions, own_draft_k
+from pytest_specverify.protocol import PortOptions, context_length, own_draft_k
 from pytest_specverify.session import Settings
 
 
-def test_own_draft_k_clamps_and_refuses_nonsense():
-    assert own_draft_k(types.SimpleNamespace(), 7) == 7  # no max_k: no limit
-    assert own_draft_k(types.SimpleNamespace(max_k=3), 7) == 3
-    assert own_draft_k(types.SimpleNamespace(max_k=15), 7) == 7
-    with pytest.raises(ValueError, match="max_k = 0"):
-        own_draft_k(types.SimpleNamespace(name="p", max_k=0), 7)
+@pytest.mark.parametrize("limit,attr,lowest", [(own_draft_k, "max_k", 1), (context_length, "max_context", 2)])
+def test_declared_limits_clamp_and_refuse_nonsense(limit, attr, lowest):
+    assert limit(types.SimpleNamespace(), 320) == 320  # not declared: no limit
+    assert limit(types.SimpleNamespace(**{attr: 200}), 320) == 200
+    assert limit(types.SimpleNamespace(**{attr: 4096}), 320) == 320
+    with pytest.raises(ValueError, match=f"{attr} = {lowest - 1}"):
+        limit(types.SimpleNamespace(name="p", **{attr: lowest - 1}), 320)
 
 
 def test_onebit_port_declares_its_draft_block_and_the_default_k_reaches_it():

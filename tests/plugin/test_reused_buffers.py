@@ -1,8 +1,9 @@
 """The checks compare a port's state with its sequential reference side by side, so they must never
 read the same memory twice. Ports may return views of one output buffer that their next call
-overwrites (zero-copy outputs of a C++ or device port): the checks copy what they keep
-(``compare.owned``). And two states must not share storage: ``require_independent_states`` refuses a
-port whose states do (with shared caches a KV-not-trimmed bug passed commit equivalence)."""
+overwrites (zero-copy outputs of a C++ or device port): every check drives the port through
+``compare.owned_outputs``, which copies them. And two states must not share storage:
+``require_independent_states`` refuses a port whose states do (with shared caches a KV-not-trimmed
+bug passed commit equivalence)."""
 import numpy as np
 import pytest
 
