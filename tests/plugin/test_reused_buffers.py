@@ -11,7 +11,7 @@ from pytest_specverify import SpecVerifyFailure, profile
 from pytest_specverify.checks import commit_equivalence
 from pytest_specverify.fuzz import run_commit_fuzz
 from pytest_specverify.long_context import long_context
-from pytest_specverify.protocol import PortOptions, Rows
+from pytest_specverify.protocol import Rows
 from pytest_specverify.reprefill import decode_prefill_consistency
 from tests.ports.qwen3_numpy import Qwen3Port
 
@@ -152,9 +152,3 @@ def test_state_arrays_that_could_never_differ_are_refused(port_class, fragment):
     port = port_class()
     with pytest.raises(SpecVerifyFailure, match=fragment):
         commit_equivalence(port, port.encode(PROMPT), (1,), _tol(port))
-
-
-def test_the_port_options_default_still_builds_the_plain_port():
-    from tests.ports.qwen3_numpy import make_port
-
-    assert type(make_port(PortOptions())) is Qwen3Port
