@@ -28,16 +28,10 @@ COMMIT_PATHS = ("keep", "replay", "checkpoint")
 
 
 def replay_layer(target: "Target", rec: VerifyRecord, layer: int, accepted: int) -> GDNLayerState:
-    """Snapshot + the first ``accepted`` recorded rows, through the same per-row code as the verify."""
-    c = target.config
+    """Snapshot + the first ``accepted`` recorded rows, replayed by the layer's own mixer."""
     mixer = target.layers[layer].mixer
-    st = rec.snapshot[layer].copy()
-    for t in range(accepted):
-        _, st.conv, st.rec = mixer.token_fn(  # the very function the verify ran
-            st.conv, st.rec, rec.mixed[layer][t], rec.alpha[layer][t], rec.beta[layer][t],
-            mixer.conv_weight, c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim,
-        )
-    return st
+    return mixer.replay(rec.snapshot[layer], rec.mixed[layer][:accepted], rec.alpha[layer][:accepted],
+                        rec.beta[layer][:accepted])
 
 
 def commit_verify(target: "Target", state: TargetState, accepted_rows: int, *, path: str, replay_check: bool) -> None:

@@ -39,13 +39,19 @@ class KVLayerState:
         z = np.zeros((n_kv, capacity, head_dim), F32)
         return cls(z, z.copy(), 0)
 
+    def reserve(self, capacity: int) -> None:
+        """Grow the buffers (at least doubling) so that rows [0, capacity) exist; live rows are kept."""
+        have = self.keys.shape[1]
+        if capacity <= have:
+            return
+        grow = max(capacity - have, 64, have)
+        pad = np.zeros((self.keys.shape[0], grow, self.keys.shape[2]), F32)
+        self.keys = np.concatenate([self.keys, pad], axis=1)
+        self.values = np.concatenate([self.values, pad.copy()], axis=1)
+
     def append(self, k: np.ndarray, v: np.ndarray) -> None:
         """k, v [HKV, hd] for the next position."""
-        if self.length == self.keys.shape[1]:
-            grow = max(64, self.keys.shape[1])
-            pad = np.zeros((self.keys.shape[0], grow, self.keys.shape[2]), F32)
-            self.keys = np.concatenate([self.keys, pad], axis=1)
-            self.values = np.concatenate([self.values, pad.copy()], axis=1)
+        self.reserve(self.length + 1)
         self.keys[:, self.length] = k
         self.values[:, self.length] = v
         self.length += 1

@@ -23,7 +23,10 @@ from .errors import ConfigError, StateError
 from .gemm import Linear, get_backend
 from .gemm.base import GemmBackend
 from .ops.attention import attend_row
+from .ops.attention_fast import attention_rows
 from .ops.gated_delta import gdn_token
+from .ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
+from .ops.norm_fast import rms_norm_zc_rows, silu_mul
 from .ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from .ops.rope import apply_rope, cos_sin, inv_freq
 from .safetensors_io import QUANT_FILE, load_folder_tensors, read_config
@@ -53,7 +56,8 @@ class Output:
 
 
 class _Recorder:
-    """Collects, during a verify, what commit needs (per GDN layer, per row)."""
+    """Collects, during a verify, what commit needs (per GDN layer: the rows' recurrence inputs and, on
+    the checkpoint path, the state after every row), in blocks of rows as the row sets go by."""
 
     def __init__(self, per_row: bool):
         self.per_row = per_row
@@ -62,29 +66,38 @@ class _Recorder:
         self.beta: dict[int, list] = {}
         self.states: dict[int, list] = {}
 
-    def add(self, layer: int, mixed, alpha, beta, st: GDNLayerState) -> None:
-        self.mixed.setdefault(layer, []).append(mixed.copy())
-        self.alpha.setdefault(layer, []).append(alpha.copy())
-        self.beta.setdefault(layer, []).append(beta.copy())
+    def add_rows(self, layer: int, mixed, alpha, beta, states) -> None:
+        """mixed [n, C], alpha and beta [n, HV] (owned arrays); states: n GDNLayerStates or None."""
+        self.mixed.setdefault(layer, []).append(mixed)
+        self.alpha.setdefault(layer, []).append(alpha)
+        self.beta.setdefault(layer, []).append(beta)
         if self.per_row:
-            self.states.setdefault(layer, []).append(st.copy())
+            self.states.setdefault(layer, []).extend(states)
+
+    def rows(self, d: dict, layer: int) -> np.ndarray:
+        return np.concatenate(d[layer]) if d.get(layer) else np.zeros((0,), F32)
 
 
 class GatedDeltaNet:
-    """Linear-attention mixer. Shapes: h [R, D] -> [R, D] (R = row set, first n rows real)."""
+    """Linear-attention mixer. Shapes: h [R, D] -> [R, D] (R = row set, first n rows real).
 
-    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused, token_fn=gdn_token):
+    ``compiled``: the rows between the two projections run in one numba call (``gdn_mixer_rows``);
+    otherwise the numpy reference runs them one token at a time (``gdn_token``). Either way every row,
+    of a step, a verify or a commit's replay, goes through the same per-token code."""
+
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused, compiled: bool):
         self.cfg = cfg
-        self.token_fn = token_fn  # one token of conv + delta rule: the numpy reference or its compiled twin
+        self.compiled = compiled
         # qkv, z, b, a read the same input: one call, split at these column offsets
         self.in_proj = fused([p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight", p + "in_proj_a.weight"])
         hv = cfg.linear_num_value_heads
         self.splits = _bounds([cfg.conv_dim, cfg.value_dim, hv])
         self.out_proj = lin(p + "out_proj.weight")
-        self.conv_weight = np.ascontiguousarray(w[p + "conv1d.weight"][:, 0, :])  # [C, K]
+        self.conv_weight = np.ascontiguousarray(w[p + "conv1d.weight"][:, 0, :], dtype=F32)  # [C, K]
         self.neg_A = -np.exp(w[p + "A_log"].astype(F32))  # [HV]
-        self.dt_bias = w[p + "dt_bias"]
-        self.norm_weight = w[p + "norm.weight"]
+        self.dt_bias = np.ascontiguousarray(w[p + "dt_bias"], dtype=F32)
+        self.norm_weight = np.ascontiguousarray(w[p + "norm.weight"], dtype=F32)
+        self.eps = F32(cfg.rms_norm_eps)
 
     def new_state(self) -> GDNLayerState:
         c = self.cfg
@@ -94,45 +107,94 @@ class GatedDeltaNet:
         )
 
     def __call__(self, h, n, st: GDNLayerState, pos: int, layer: int, rec: _Recorder | None):
+        proj = self.in_proj(h)  # [R, C + HV*dv + 2*HV]: mixed | z | b | a
+        y = self._rows_compiled(proj, n, st, layer, rec) if self.compiled else self._rows_numpy(proj, n, st, layer, rec)
+        return self.out_proj(y)
+
+    def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> GDNLayerState:
+        """The state ``len(mixed)`` steps leave after ``snapshot``, from a verify's recorded inputs
+        (mixed [a, C], alpha and beta [a, HV]): the same per-token code the forward ran, no GEMM."""
         c = self.cfg
-        R = h.shape[0]
-        mixed, z, b, a = _cut(self.in_proj(h), self.splits)  # [R, C], [R, HV*dv], [R, HV] x 2
+        st = snapshot.copy()
+        if self.compiled:
+            gdn_replay_fast(st.conv, st.rec, mixed, alpha, beta, self.conv_weight,
+                            c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim)
+            return st
+        for t in range(len(mixed)):
+            _, st.conv, st.rec = gdn_token(st.conv, st.rec, mixed[t], alpha[t], beta[t], self.conv_weight,
+                                           c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim)
+        return st
+
+    def _rows_numpy(self, proj, n, st, layer, rec):
+        c = self.cfg
+        R = proj.shape[0]
+        mixed, z, b, a = _cut(proj, self.splits)  # [R, C], [R, HV*dv], [R, HV] x 2
         z = z.reshape(R, c.linear_num_value_heads, c.linear_value_head_dim)
         beta = sigmoid(b)  # [R, HV]
         alpha = np.exp(self.neg_A * softplus(a + self.dt_bias))  # [R, HV], in (0, 1]
         o = np.zeros((R, c.linear_num_value_heads, c.linear_value_head_dim), F32)
+        states = []
         for t in range(n):
-            o[t], st.conv, st.rec = self.token_fn(
+            o[t], st.conv, st.rec = gdn_token(
                 st.conv, st.rec, mixed[t], alpha[t], beta[t], self.conv_weight,
                 c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim,
             )
-            if rec is not None:
-                rec.add(layer, mixed[t], alpha[t], beta[t], st)
+            if rec is not None and rec.per_row:
+                states.append(st.copy())
+        if rec is not None:
+            rec.add_rows(layer, mixed[:n].copy(), alpha[:n].copy(), beta[:n].copy(), states)
         y = gated_rms_norm(o, z, self.norm_weight, c.rms_norm_eps).reshape(R, c.value_dim)
         y[n:] = 0.0
-        return self.out_proj(y)
+        return y
+
+    def _rows_compiled(self, proj, n, st, layer, rec):
+        c = self.cfg
+        hv, C = c.linear_num_value_heads, c.conv_dim
+        st.conv, st.rec = _owned(st.conv), _owned(st.rec)  # updated in place below
+        out = np.empty((proj.shape[0], c.value_dim), F32)
+        m = n if rec is not None else 0
+        mixed, alpha, beta = np.empty((m, C), F32), np.empty((m, hv), F32), np.empty((m, hv), F32)
+        k = n if rec is not None and rec.per_row else 0
+        ck_conv, ck_rec = np.empty((k, *st.conv.shape), F32), np.empty((k, *st.rec.shape), F32)
+        gdn_mixer_rows(proj, n, st.conv, st.rec, self.conv_weight, self.neg_A, self.dt_bias, self.norm_weight,
+                       self.eps, c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim,
+                       mixed, alpha, beta, ck_conv, ck_rec, out)
+        if rec is not None:
+            rec.add_rows(layer, mixed, alpha, beta, [GDNLayerState(ck_conv[t], ck_rec[t]) for t in range(k)])
+        return out
 
 
 class GatedAttention:
-    """Full attention with q/k norms, partial RoPE and a sigmoid output gate. h [R, D] -> [R, D]."""
+    """Full attention with q/k norms, partial RoPE and a sigmoid output gate. h [R, D] -> [R, D].
 
-    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused, token_fn=None):
+    ``compiled``: every row of a call in one numba call (``attention_rows``); otherwise numpy, a row at
+    a time (``attend_row``)."""
+
+    def __init__(self, cfg: TargetConfig, w: dict, p: str, lin, fused, compiled: bool):
         self.cfg = cfg
+        self.compiled = compiled
         self.qkv_proj = fused([p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
         kv = cfg.num_key_value_heads * cfg.head_dim
         self.splits = _bounds([2 * cfg.num_attention_heads * cfg.head_dim, kv])
         self.o_proj = lin(p + "o_proj.weight")
-        self.q_norm, self.k_norm = w[p + "q_norm.weight"], w[p + "k_norm.weight"]
+        self.q_norm = np.ascontiguousarray(w[p + "q_norm.weight"], dtype=F32)
+        self.k_norm = np.ascontiguousarray(w[p + "k_norm.weight"], dtype=F32)
         self.freqs = inv_freq(cfg.rot_dim, cfg.rope_theta)
         self.scale = float(cfg.head_dim) ** -0.5
+        self.eps = F32(cfg.rms_norm_eps)
 
     def new_state(self) -> KVLayerState:
         return KVLayerState.empty(self.cfg.num_key_value_heads, self.cfg.head_dim)
 
     def __call__(self, h, n, st: KVLayerState, pos: int, layer: int, rec):
+        qkv = self.qkv_proj(h)  # [R, H*2*hd + 2*HKV*hd]: per head [query | gate], then k, v
+        y = self._rows_compiled(qkv, n, st, pos) if self.compiled else self._rows_numpy(qkv, n, st, pos)
+        return self.o_proj(y)
+
+    def _rows_numpy(self, qkv, n, st, pos):
         c = self.cfg
-        R, H, HKV, hd = h.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        qg, k, v = _cut(self.qkv_proj(h), self.splits)
+        R, H, HKV, hd = qkv.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        qg, k, v = _cut(qkv, self.splits)
         qg = qg.reshape(R, H, 2 * hd)  # per head [query | gate]
         q, gate = qg[..., :hd], qg[..., hd:].reshape(R, H * hd)
         q = rms_norm_zc(q, self.q_norm, c.rms_norm_eps)
@@ -146,16 +208,30 @@ class GatedAttention:
             out[t] = attend_row(apply_rope(q[t], cos, sin), keys, values, self.scale)
         y = out.reshape(R, H * hd) * sigmoid(gate)
         y[n:] = 0.0
-        return self.o_proj(y)
+        return y
+
+    def _rows_compiled(self, qkv, n, st, pos):
+        c = self.cfg
+        st.reserve(st.length + n)
+        out = np.empty((qkv.shape[0], c.num_attention_heads * c.head_dim), F32)
+        attention_rows(qkv, n, pos, st.length, st.keys, st.values, self.q_norm, self.k_norm, self.eps, self.freqs,
+                       c.num_attention_heads, F32(self.scale), out)
+        st.length += n
+        return out
 
 
 class DenseMLP:
-    def __init__(self, p: str, lin, fused):
+    def __init__(self, p: str, lin, fused, compiled: bool):
         self.gate_up = fused([p + "gate_proj.weight", p + "up_proj.weight"])
         self.down = lin(p + "down_proj.weight")
+        self.compiled = compiled
 
     def __call__(self, h):
         y = self.gate_up(h)  # [R, 2 * I]
+        if self.compiled:
+            g = np.empty((y.shape[0], y.shape[1] // 2), F32)
+            silu_mul(y, g)
+            return self.down(g)
         gate, up = _cut(y, (0, y.shape[1] // 2))
         return self.down(silu(gate) * up)
 
@@ -163,19 +239,35 @@ class DenseMLP:
 class DecoderLayer:
     """Pre-norm block with two residuals: x + mixer(norm(x)), then + mlp(norm(.))."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused, token_fn):
+    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused, compiled: bool):
         p = f"model.layers.{i}."
         self.kind = cfg.layer_types[i]
         mixer = GatedDeltaNet if self.kind == "linear_attention" else GatedAttention
         sub = "linear_attn." if self.kind == "linear_attention" else "self_attn."
-        self.mixer = mixer(cfg, w, p + sub, lin, fused, token_fn)
-        self.mlp = DenseMLP(p + "mlp.", lin, fused)
-        self.in_norm, self.post_norm = w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"]
+        self.mixer = mixer(cfg, w, p + sub, lin, fused, compiled)
+        self.mlp = DenseMLP(p + "mlp.", lin, fused, compiled)
+        self.in_norm = np.ascontiguousarray(w[p + "input_layernorm.weight"], dtype=F32)
+        self.post_norm = np.ascontiguousarray(w[p + "post_attention_layernorm.weight"], dtype=F32)
         self.eps = cfg.rms_norm_eps
+        self.norm = _compiled_norm if compiled else rms_norm_zc
 
     def __call__(self, x, n, st, pos, layer, rec):
-        x = x + self.mixer(rms_norm_zc(x, self.in_norm, self.eps), n, st, pos, layer, rec)
-        return x + self.mlp(rms_norm_zc(x, self.post_norm, self.eps))
+        x = x + self.mixer(self.norm(x, self.in_norm, self.eps), n, st, pos, layer, rec)
+        return x + self.mlp(self.norm(x, self.post_norm, self.eps))
+
+
+def _compiled_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    out = np.empty_like(x)
+    rms_norm_zc_rows(x, weight, F32(eps), out)
+    return out
+
+
+def _owned(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when the compiled path may update it in place (its own C-contiguous float32 memory),
+    else a copy: an in-place update must never reach an array someone else holds a view of."""
+    if a.dtype == F32 and a.flags.c_contiguous and a.flags.owndata and a.flags.writeable:
+        return a
+    return np.array(a, dtype=F32, order="C")
 
 
 class Target:
@@ -186,18 +278,20 @@ class Target:
         if not isinstance(row_set, int) or row_set < 1:
             raise ConfigError(f"row_set must be a positive integer, got {row_set!r}")
         self.config, self.row_set = config, row_set
-        self.recurrence, token_fn = _recurrence(recurrence)
+        self.recurrence = _recurrence(recurrence)
+        compiled = self.recurrence == "numba"
         self.backend = get_backend(backend)
         lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
         fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731
         self.embed_tokens = np.ascontiguousarray(weights["model.embed_tokens.weight"], dtype=F32)  # [V, D]
-        self.norm_weight = weights["model.norm.weight"]
+        self.norm_weight = np.ascontiguousarray(weights["model.norm.weight"], dtype=F32)
+        self._norm = _compiled_norm if compiled else rms_norm_zc
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
         self.lm_head = Linear.from_weight(weights[head], self.backend, row_set, "lm_head.weight")
-        self.layers = [DecoderLayer(config, weights, i, lin, fused, token_fn) for i in range(config.num_hidden_layers)]
+        self.layers = [DecoderLayer(config, weights, i, lin, fused, compiled) for i in range(config.num_hidden_layers)]
 
     def final_norm(self, x: np.ndarray) -> np.ndarray:
-        return rms_norm_zc(x, self.norm_weight, self.config.rms_norm_eps)
+        return self._norm(x, self.norm_weight, self.config.rms_norm_eps)
 
     def new_state(self) -> TargetState:
         return TargetState([layer.mixer.new_state() for layer in self.layers])
@@ -220,12 +314,11 @@ class Target:
         rec = _Recorder(checkpoints)
         start = state.pos
         out = self._run(toks, state, rec)
-        stack = lambda d, i: np.stack(d[i]) if d.get(i) else np.zeros((0,), F32)  # noqa: E731
         state.pending = VerifyRecord(
             start_pos=start, rows=len(toks), snapshot=snapshot,
-            mixed={i: stack(rec.mixed, i) for i in gdn},
-            alpha={i: stack(rec.alpha, i) for i in gdn},
-            beta={i: stack(rec.beta, i) for i in gdn},
+            mixed={i: rec.rows(rec.mixed, i) for i in gdn},
+            alpha={i: rec.rows(rec.alpha, i) for i in gdn},
+            beta={i: rec.rows(rec.beta, i) for i in gdn},
             per_row={i: rec.states.get(i, []) for i in gdn} if checkpoints else None,
         )
         return out
@@ -269,18 +362,15 @@ class Target:
         return Output(logits, hidden)
 
 
-def _recurrence(name: str):
-    """"numpy" (the reference ``ops.gated_delta.gdn_token``), "numba" (its compiled twin) or "auto"
-    (numba when it is installed)."""
-    from .ops.gated_delta_fast import gdn_token_fast
-
+def _recurrence(name: str) -> str:
+    """"numpy" (the readable reference: numpy, one token at a time where order matters), "numba" (the
+    compiled twins of ``ops/*_fast.py``: each layer's work between its projections in one call for all
+    rows) or "auto" (numba when it is installed)."""
     if name not in ("auto", "numpy", "numba"):
         raise ConfigError(f"recurrence {name!r} is not 'auto', 'numpy' or 'numba'")
-    if name == "numba" and gdn_token_fast is None:
+    if name == "numba" and gdn_mixer_rows is None:
         raise ConfigError("recurrence 'numba' needs the numba package (pip install 'onebit-specverify[fast]'); or use 'numpy'")
-    if name == "numpy" or gdn_token_fast is None:
-        return "numpy", gdn_token
-    return "numba", gdn_token_fast
+    return "numpy" if name == "numpy" or gdn_mixer_rows is None else "numba"
 
 
 def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8,

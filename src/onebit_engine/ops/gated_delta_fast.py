@@ -1,14 +1,17 @@
-"""The compiled twin of :func:`ops.gated_delta.gdn_token` (numba): one token of conv + SiLU + l2norm +
-gated delta rule in one call instead of ~35 numpy calls.
+"""The compiled twin of the delta-net mixer (numba): conv + SiLU + l2norm + gated delta rule per token,
+and, for the target's compiled path, the whole mixer between its two projections for all rows of a call.
 
-Same math, same order of the recurrence steps; sums run in float32 loops, so it agrees with the numpy
-twin to rounding (``tests/unit/test_gdn_fast.py`` pins the two within ``GDN_TWIN_RTOL``), not bitwise.
-A target uses one of the two for every row - step, verify and commit replay alike - so its own exact
-claims hold with either.
+Same math and the same order of the recurrence steps as :func:`ops.gated_delta.gdn_token`; sums run in
+float32 loops, so it agrees with the numpy twin to rounding (``tests/unit/test_gdn_fast.py`` pins the
+two within ``GDN_TWIN_RTOL``), not bitwise. Every row of every call - a plain step, a verify, a commit's
+replay - goes through the one function :func:`_token`, so the target's exact claims hold on this path:
+a row's bits depend only on that row's inputs and the state, never on how many rows the call had.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from .exp_fast import expf
 
 try:
     import numba as nb
@@ -18,26 +21,24 @@ except ImportError:  # numba is the optional `fast` extra
 F32 = np.float32
 
 
-def _kernel(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
-    C, km1 = conv_state.shape
+def _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o):
+    """One token, in place. Shapes: conv [C, K-1] and S [HV, dk, dv] are updated; mixed [C]; alpha,
+    beta [HV]; w [C, K]; o [HV, dv] is written; x [C], q, k [n_k_heads, dk], mem [dv] are scratch."""
+    C, km1 = conv.shape
     K = w.shape[1]
     HV = S.shape[0]
     r = HV // n_k_heads
     key_dim = n_k_heads * dk
-    x = np.empty(C, np.float32)
-    new_conv = np.empty_like(conv_state)
     one = np.float32(1.0)
     for c in range(C):
         acc = w[c, K - 1] * mixed[c]
-        for j in range(km1):
-            acc = acc + w[c, j] * conv_state[c, j]
-        x[c] = acc * (one / (one + np.exp(-acc)))  # silu
+        for j in range(km1):  # fixed tap order: oldest history column first
+            acc = acc + w[c, j] * conv[c, j]
+        x[c] = acc * (one / (one + expf(-acc)))  # silu
         for j in range(km1 - 1):
-            new_conv[c, j] = conv_state[c, j + 1]
+            conv[c, j] = conv[c, j + 1]
         if km1 > 0:
-            new_conv[c, km1 - 1] = mixed[c]
-    q = np.empty((n_k_heads, dk), np.float32)
-    k = np.empty((n_k_heads, dk), np.float32)
+            conv[c, km1 - 1] = mixed[c]
     scale = np.float32(1.0 / np.sqrt(dk))
     for g in range(n_k_heads):
         sq = np.float32(0.0)
@@ -52,9 +53,6 @@ def _kernel(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
         for i in range(dk):
             q[g, i] = (x[g * dk + i] * iq) * scale
             k[g, i] = x[key_dim + g * dk + i] * ik
-    o = np.empty((HV, dv), np.float32)
-    newS = np.empty_like(S)
-    mem = np.empty(dv, np.float32)
     for h in range(HV):
         g = h // r  # value head h reads key head h // r
         a = alpha[h]
@@ -64,7 +62,7 @@ def _kernel(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
             ki = k[g, i]
             for j in range(dv):
                 s = S[h, i, j] * a  # 1. decay
-                newS[h, i, j] = s
+                S[h, i, j] = s
                 mem[j] += ki * s  # 2. read with the key
         for j in range(dv):
             mem[j] = (x[2 * key_dim + h * dv + j] - mem[j]) * beta[h]  # 3. delta
@@ -74,10 +72,89 @@ def _kernel(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
             ki = k[g, i]
             qi = q[g, i]
             for j in range(dv):
-                s = newS[h, i, j] + ki * mem[j]  # 4. rank-1 write
-                newS[h, i, j] = s
+                s = S[h, i, j] + ki * mem[j]  # 4. rank-1 write
+                S[h, i, j] = s
                 o[h, j] += qi * s  # 5. read-out after the write
-    return o, new_conv, newS
 
 
-gdn_token_fast = nb.njit(cache=True, nogil=True)(_kernel) if nb is not None else None
+def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
+    """:func:`ops.gated_delta.gdn_token`'s signature: returns (o [HV, dv], new conv, new S)."""
+    conv = conv_state.copy()
+    S2 = S.copy()
+    o = np.empty((S.shape[0], dv), np.float32)
+    x = np.empty(conv.shape[0], np.float32)
+    q = np.empty((n_k_heads, dk), np.float32)
+    k = np.empty((n_k_heads, dk), np.float32)
+    mem = np.empty(dv, np.float32)
+    _token(conv, S2, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o)
+    return o, conv, S2
+
+
+def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
+                rec_beta, ck_conv, ck_S, out):
+    """The mixer between in_proj and out_proj for rows 0..n-1 of one call; the state advances by n.
+
+    Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`;
+    neg_A, dt_bias [HV]; norm_w [dv]; out [R, HV*dv] (rows >= n are zeroed). rec_* [n, C] / [n, HV]
+    receive each row's recurrence inputs, and ck_conv [n, C, K-1], ck_S [n, HV, dk, dv] the state after
+    each row (pass arrays with a zero first dimension to skip either).
+    """
+    C = conv.shape[0]
+    HV = S.shape[0]
+    zd = HV * dv
+    one = np.float32(1.0)
+    x = np.empty(C, np.float32)
+    q = np.empty((n_k_heads, dk), np.float32)
+    k = np.empty((n_k_heads, dk), np.float32)
+    mem = np.empty(dv, np.float32)
+    o = np.empty((HV, dv), np.float32)
+    alpha = np.empty(HV, np.float32)
+    beta = np.empty(HV, np.float32)
+    for t in range(n):
+        for h in range(HV):
+            b = proj[t, C + zd + h]
+            beta[h] = one / (one + expf(-b))
+            a = proj[t, C + zd + HV + h] + dt_bias[h]
+            sp = a if a > np.float32(20.0) else np.float32(np.log1p(expf(a)))  # torch softplus, threshold 20
+            alpha[h] = expf(neg_A[h] * sp)
+        mixed = proj[t, :C]
+        _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o)
+        if rec_mixed.shape[0]:
+            rec_mixed[t] = mixed
+            rec_alpha[t] = alpha
+            rec_beta[t] = beta
+        if ck_conv.shape[0]:
+            ck_conv[t] = conv
+            ck_S[t] = S
+        for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
+            ss = np.float32(0.0)
+            for j in range(dv):
+                ss += o[h, j] * o[h, j]
+            inv = one / np.sqrt(ss / np.float32(dv) + eps)
+            for j in range(dv):
+                zz = proj[t, C + h * dv + j]
+                out[t, h * dv + j] = (norm_w[j] * (o[h, j] * inv)) * (zz * (one / (one + expf(-zz))))
+    for t in range(n, out.shape[0]):
+        for c in range(out.shape[1]):
+            out[t, c] = np.float32(0.0)
+
+
+def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
+    """Rows 0..len(mixed)-1 of recorded inputs through :func:`_token`, in place (a commit's replay)."""
+    x = np.empty(conv.shape[0], np.float32)
+    q = np.empty((n_k_heads, dk), np.float32)
+    k = np.empty((n_k_heads, dk), np.float32)
+    mem = np.empty(dv, np.float32)
+    o = np.empty((S.shape[0], dv), np.float32)
+    for t in range(mixed.shape[0]):
+        _token(conv, S, mixed[t], alpha[t], beta[t], w, n_k_heads, dk, dv, x, q, k, mem, o)
+
+
+if nb is not None:
+    _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
+    _token = _jit(_token)
+    gdn_token_fast = _jit(_token_copy)
+    gdn_mixer_rows = _jit(_mixer_rows)
+    gdn_replay_fast = _jit(_replay)
+else:
+    gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = None

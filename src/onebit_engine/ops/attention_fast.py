@@ -1,0 +1,106 @@
+"""The compiled twin of the target's gated attention between its two projections (numba), all rows of
+a call in one call: q/k RMSNorm, partial RoPE, KV append, causal softmax attention, sigmoid gate.
+
+Same math and order as ``target.GatedAttention`` on the numpy path (``ops.attention.attend_row``,
+``ops.rope``, ``ops.norm``); sums run in float32 loops, so the two agree to rounding, not bitwise
+(``tests/unit/test_target_fast.py``). Each row is computed by the same code from its own inputs and the
+keys it may see, whatever the number of rows in the call, so a verify's rows are bitwise single steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .exp_fast import expf
+
+try:
+    import numba as nb
+except ImportError:  # numba is the optional `fast` extra
+    nb = None
+
+
+def _norm_rope(x, w, eps, cos, sin, rot, out):
+    """Zero-centred RMSNorm over hd, then rotate-half RoPE on the first ``rot`` dims. x, w, out [hd]."""
+    hd = x.shape[0]
+    one = np.float32(1.0)
+    ss = np.float32(0.0)
+    for i in range(hd):
+        ss += x[i] * x[i]
+    inv = one / np.sqrt(ss / np.float32(hd) + eps)
+    for i in range(hd):
+        out[i] = (x[i] * inv) * (one + w[i])
+    half = rot // 2
+    for i in range(half):
+        a = out[i]
+        b = out[i + half]
+        out[i] = a * cos[i] + (-b) * sin[i]
+        out[i + half] = b * cos[i + half] + a * sin[i + half]
+
+
+def _attention_rows(qkv, n, pos, length, keys, values, q_norm, k_norm, eps, freqs, H, scale, out):
+    """Rows 0..n-1 of one call at positions pos..pos+n-1 (their RoPE angles); appends their keys and
+    values at cache rows length..length+n-1 and attends each row over cache rows 0..its own.
+
+    Shapes: qkv [R, H*2*hd + 2*HKV*hd] (per head [query | gate], then k, then v: the fused projection's
+    output); keys, values [HKV, capacity >= length + n, hd] (rows < length live);
+    q_norm, k_norm [hd]; freqs [rot / 2]; out [R, H*hd] (rows >= n are zeroed).
+    """
+    HKV, _, hd = keys.shape
+    g = H // HKV
+    rot = 2 * freqs.shape[0]
+    kq = H * 2 * hd
+    kv = HKV * hd
+    one = np.float32(1.0)
+    cos = np.empty(rot, np.float32)
+    sin = np.empty(rot, np.float32)
+    qh = np.empty(hd, np.float32)
+    acc = np.empty(hd, np.float32)
+    p = np.empty(length + n, np.float32)
+    for t in range(n):
+        at = length + t
+        for i in range(rot // 2):
+            ang = np.float32(pos + t) * freqs[i]
+            cos[i] = np.float32(np.cos(ang))
+            sin[i] = np.float32(np.sin(ang))
+            cos[i + rot // 2] = cos[i]
+            sin[i + rot // 2] = sin[i]
+        for j in range(HKV):
+            _norm_rope(qkv[t, kq + j * hd:kq + (j + 1) * hd], k_norm, eps, cos, sin, rot, keys[j, at])
+            for i in range(hd):
+                values[j, at, i] = qkv[t, kq + kv + j * hd + i]
+        m = at + 1  # keys 0..at are visible to this row
+        for h in range(H):
+            j = h // g  # query head h reads KV head h // (H / HKV)
+            _norm_rope(qkv[t, h * 2 * hd:h * 2 * hd + hd], q_norm, eps, cos, sin, rot, qh)
+            mx = np.float32(-np.inf)
+            for s in range(m):
+                d = np.float32(0.0)
+                for i in range(hd):
+                    d += qh[i] * keys[j, s, i]
+                d = d * scale
+                p[s] = d
+                if d > mx:
+                    mx = d
+            tot = np.float32(0.0)
+            for s in range(m):
+                e = np.float32(expf(p[s] - mx))
+                p[s] = e
+                tot += e
+            for i in range(hd):
+                acc[i] = np.float32(0.0)
+            for s in range(m):
+                ps = p[s] / tot
+                for i in range(hd):
+                    acc[i] += ps * values[j, s, i]
+            for i in range(hd):
+                gate = qkv[t, h * 2 * hd + hd + i]
+                out[t, h * hd + i] = acc[i] * (one / (one + expf(-gate)))
+    for t in range(n, out.shape[0]):
+        for c in range(out.shape[1]):
+            out[t, c] = np.float32(0.0)
+
+
+if nb is not None:
+    _norm_rope = nb.njit(cache=True, nogil=True, error_model="numpy")(_norm_rope)
+    attention_rows = nb.njit(cache=True, nogil=True, error_model="numpy")(_attention_rows)
+else:
+    attention_rows = None
