@@ -116,3 +116,15 @@ def load_builtin_pair(*, backend: Any = "reference", row_set: int = 8) -> tuple[
     target_dir, draft_dir, _ = builtin_paths()
     target = load_target(target_dir, backend=backend, row_set=row_set)
     return target, load_draft(draft_dir, target, backend=backend, row_set=row_set)
+
+
+def acceptance_profile(backend: str = "host-int") -> list[float]:
+    """The shipped pair's acceptance by draft position over its held-out prompts (code and prose pooled
+    by rounds), from the longest k of ``EVAL_NUMPY[_HOST_INT].json`` (``tools/eval_pair.py``): what
+    ``tune.expected_tokens`` needs to choose k without looking at the run being measured."""
+    name = "EVAL_NUMPY_HOST_INT.json" if backend == "host-int" else "EVAL_NUMPY.json"
+    kinds = json.loads((BUILTIN_DIR / name).read_text(encoding="utf-8"))["kinds"].values()
+    runs = [kind["by_k"][max(kind["by_k"], key=int)] for kind in kinds]
+    total = sum(r["rounds"] for r in runs)
+    n = min(len(r["acceptance_by_position"]) for r in runs)
+    return [sum(r["rounds"] * r["acceptance_by_position"][i] for r in runs) / total for i in range(n)]

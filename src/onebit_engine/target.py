@@ -4,8 +4,9 @@ Reads top-down: the delta-net mixer, gated attention, MLP, decoder layer, then t
 entry points (``forward``, ``verify``, ``commit``). Exact math: ``hybrid-target.md`` section 3.
 
 Batch invariance by construction: tokens go through the network in chunks of ``row_set`` rows; every
-GEMM sees exactly ``row_set`` rows (zero-padded), every elementwise op sees arrays of the same shape,
-and the conv, the delta rule and attention run one row at a time with the same code. So ``forward`` on
+GEMM sees exactly ``row_set`` rows (zero-padded; a backend whose rows never depend on the row count,
+``row_invariant``, gets the real rows only), every elementwise op sees arrays of the same shape, and
+the conv, the delta rule and attention run one row at a time with the same code. So ``forward`` on
 T tokens gives, row for row, the bits of T single-token calls, and a verify followed by a full commit
 leaves the state a plain step would.
 """
@@ -281,6 +282,7 @@ class Target:
         self.recurrence = _recurrence(recurrence)
         compiled = self.recurrence == "numba"
         self.backend = get_backend(backend)
+        self.row_invariant = bool(getattr(self.backend, "row_invariant", False))
         lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
         fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731
         self.embed_tokens = np.ascontiguousarray(weights["model.embed_tokens.weight"], dtype=F32)  # [V, D]
@@ -352,7 +354,8 @@ class Target:
         for c0 in range(0, T, rs):
             chunk = toks[c0 : c0 + rs]
             n = len(chunk)
-            x = np.zeros((rs, D), F32)  # [R, D], rows >= n are zero padding
+            R = n if self.row_invariant else rs  # a row-invariant backend needs no padding
+            x = np.zeros((R, D), F32)  # [R, D], rows >= n are zero padding
             x[:n] = self.embed_tokens[chunk]
             for i, layer in enumerate(self.layers):
                 x = layer(x, n, state.layers[i], state.pos, i, rec)

@@ -18,7 +18,9 @@ def test_generate_by_path_json_is_reproducible_when_sampled(run_json, pair):
     args = ("generate", "--model", pair[0], "--prompt-ids", "3 4 5", "--max-new-tokens", 6, "--temperature", 0.8, "--seed", 3)
     a, b = run_json(*args), run_json(*args)
     assert a["tokens"] == b["tokens"] and len(a["tokens"]) == 6
-    assert a["provenance"]["model_hash"] and a["provenance"]["row_set"] == 8
+    assert a["provenance"]["model_hash"]
+    # the default backend is host-int where its kernel runs (rows never padded: row set 16), else reference (8)
+    assert a["provenance"]["row_set"] == (16 if a["provenance"]["backend"] == "host-int" else 8)
 
 
 def test_loop_check_states_identity_builtin(run):
@@ -27,6 +29,30 @@ def test_loop_check_states_identity_builtin(run):
     assert re.search(r"check: identical to plain greedy decoding of the same build \((\d+) of \1 tokens", out)
     for part in ("totals:", "tok/s", "tokens/round", "acceptance by draft position", "per round: draft", "fallback:", "round  proposed"):
         assert part in out
+
+
+def test_loop_default_picks_its_configuration_and_says_so(run, run_json):
+    code, out, err = run("loop", "--max-new-tokens", 16)
+    assert code == 0, err
+    assert re.search(r"configuration: (host-int|reference), row set \d+; loop: k=\d+, [12] threads?; plain decoding: "
+                     r"1 row per step, [12] threads? - picked as the fastest measured here", out)
+    assert re.search(r"plain decoding at its fastest \((host-int|reference), 1 row per step, [12] threads?\): [0-9.]+ tok/s; "
+                     r"speedup [0-9.]+x", out)
+    d = run_json("loop", "--max-new-tokens", 8)
+    conf = d["configuration"]
+    assert conf["measured"] and conf["k"] == d["provenance"]["k"] and conf["threads"] == d["provenance"]["threads"]
+    assert conf["predicted_ms_per_token"] and conf["predicted_speedup"] > 0
+
+
+def test_loop_with_k_and_threads_given_measures_nothing(run_json, pair):
+    d = run_json("loop", "--model", pair[0], "--draft", pair[1], "--k", 2, "--threads", 1, "--max-new-tokens", 6)
+    assert d["configuration"]["measured"] is False and d["provenance"]["k"] == 2 and d["provenance"]["threads"] == 1
+
+
+def test_loop_by_path_tunes_k_from_a_calibration_run(run_json, pair):
+    d = run_json("loop", "--model", pair[0], "--draft", pair[1], "--max-new-tokens", 6)
+    assert d["configuration"]["measured"] and "calibration run of this prompt" in d["configuration"]["profile_source"]
+    assert 1 <= d["provenance"]["k"] <= 3
 
 
 def test_loop_by_path_all_switches_json(run_json, pair):

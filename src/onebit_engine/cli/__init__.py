@@ -45,12 +45,15 @@ def _model_args(p, *, draft: bool = True) -> None:
     g.add_argument("--model", metavar="PATH", help="target checkpoint folder (HF layout). Default: the built-in pair")
     if draft:
         g.add_argument("--draft", metavar="PATH", help="DFlash / DFlash 2 draft folder trained for --model")
-    g.add_argument("--backend", default="reference", metavar="NAME", help="GEMM backend of target and draft: reference, host-int. Default: %(default)r")
+    g.add_argument("--backend", default="auto", metavar="NAME", help="GEMM backend of target and draft: reference, host-int, "
+                   "or auto (host-int when its native kernel builds and runs here, else reference). Default: %(default)r")
     g.add_argument("--target-backend", metavar="NAME", help="the target's backend, overriding --backend")
     if draft:
         g.add_argument("--draft-backend", metavar="NAME", help="the draft's backend, overriding --backend")
-    g.add_argument("--row-set", type=_positive, default=8, metavar="N", help="rows per GEMM call. Default: %(default)r")
-    g.add_argument("--threads", type=_positive, default=1, metavar="N", help="threads for the host-int kernel and for BLAS (numpy). Default: %(default)r")
+    g.add_argument("--row-set", type=_positive, metavar="N", help="rows per GEMM call. Default: 16 on a backend whose rows "
+                   "never depend on the row count (host-int: no padding), else 8")
+    g.add_argument("--threads", type=_positive, metavar="N", help="threads for the host-int kernel and for BLAS (numpy). "
+                   "Default: loop - the faster of 1 and 2, measured; the other commands - 1")
     if not draft:
         p.set_defaults(draft=None, draft_backend=None)
 
@@ -65,7 +68,9 @@ def _prompt_args(p, *, many: bool = False) -> None:
 
 def _spec_args(p) -> None:
     g = p.add_argument_group("speculative loop")
-    g.add_argument("--k", type=_positive, metavar="K", help="drafts per round, 1..block-1. Default: block - 1")
+    g.add_argument("--k", type=_positive, metavar="K", help="drafts per round, 1..block-1. Default: loop - the fastest k "
+                   "predicted from measured round costs and the draft's acceptance profile; bench - block - 1 "
+                   "(the built-in pair: 7)")
     g.add_argument("--commit-path", choices=COMMIT_PATHS, default="keep", help="how a verify is committed. Default: %(default)r")
 
 
@@ -157,11 +162,11 @@ def _run(func: str, args) -> int:
     # BLAS / OpenMP threads follow --threads (default 1): on a small shared machine a second BLAS thread
     # that competes with anything else made numpy decoding 10-20x slower (docs/cli.md).
     limit = contextlib.nullcontext()
-    if getattr(args, "threads", None):
+    if hasattr(args, "threads"):
         try:
             from threadpoolctl import threadpool_limits
 
-            limit = threadpool_limits(limits=args.threads)
+            limit = threadpool_limits(limits=args.threads or 1)
         except ImportError:
             pass
     with limit:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from . import models, ui
+from . import models, tuning, ui
 
 
 class _Counted:
@@ -68,34 +68,61 @@ def cmd_loop(args) -> int:
         raise ConfigError(f"--check needs --temperature 0 (got {args.temperature}): only greedy speculative decoding is "
                           f"token-for-token plain decoding; sampled runs agree in distribution, not in tokens")
     loaded = models.load(args, need_draft=True)
-    k = models.check_k(args.k, loaded.draft, loaded.default_k)
     prompt = models.prompt(args, loaded)
+    # Plain decoding at its fastest: one row, no padding. A backend that pads needs a row set 1 target.
+    plain_target = loaded.target if loaded.target.row_invariant else models.load(args, need_draft=False, row_set=1).target
+    threads = _Threads(loaded.target, loaded.draft, plain_target)
+    plan = tuning.plan(args, loaded, plain_target, prompt, threads)
+    threads.set(plan.spec_threads)
     with ui.Bar(args.max_new_tokens, "loop", ui.progress_enabled(args)) as bar:
         draft = _Counted(loaded.draft, "propose", bar) if bar.enabled else loaded.draft
         res = speculative_generate(
-            loaded.target, draft, prompt, max_new_tokens=args.max_new_tokens, k=k, temperature=args.temperature,
+            loaded.target, draft, prompt, max_new_tokens=args.max_new_tokens, k=plan.k, temperature=args.temperature,
             fallback=None if args.fallback == "none" else args.fallback, commit_path=args.commit_path,
             replay_check=args.replay_check, seed=args.seed,
         )
     summary = res.summary()
     check = None
     if args.check:
-        plain = generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens)
-        at = _first_difference(res.tokens, plain.tokens)
+        threads.set(plan.plain_threads)
+        plain = generate(plain_target, prompt, max_new_tokens=args.max_new_tokens)
+        same = plain if plain_target is loaded.target else generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens)
+        at = _first_difference(res.tokens, same.tokens)
         check = {"identical": at is None, "first_difference": at, "tokens": len(res.tokens),
-                 "plain_tokens_per_s": plain.tokens_per_s,
+                 "plain_tokens_per_s": plain.tokens_per_s, "plain_rows_per_call": 1,
+                 "plain_threads": plan.plain_threads, "identity_row_set": loaded.target.row_set,
                  "speculative_token": res.tokens[at] if at is not None and at < len(res.tokens) else None,
-                 "plain_token": plain.tokens[at] if at is not None and at < len(plain.tokens) else None}
+                 "plain_token": same.tokens[at] if at is not None and at < len(same.tokens) else None}
     prov = loaded.provenance(**{k2: v for k2, v in res.provenance.items() if k2 not in ("backend", "kernel_set", "row_set")})
+    prov["threads"] = plan.spec_threads
     if args.json:
         ui.print_json({"command": "loop", "prompt": prompt, "tokens": res.tokens, "text": _text(res.tokens, loaded),
-                       "summary": summary, "rounds": [vars(r) for r in res.rounds], "check": check, "provenance": prov})
+                       "summary": summary, "rounds": [vars(r) for r in res.rounds], "check": check,
+                       "configuration": plan.describe(), "provenance": prov})
     else:
-        _print_loop(res, summary, check, prov, loaded, args)
+        _print_loop(res, summary, check, prov, loaded, args, plan)
     return 1 if check is not None and not check["identical"] else 0
 
 
-def _print_loop(res, s, check, prov, loaded, args) -> None:
+class _Threads:
+    """Applies one thread count to every host-int backend of a run and to BLAS (the CLI's edge)."""
+
+    def __init__(self, *models):
+        self.backends = {id(m.backend): m.backend for m in models if getattr(m, "backend", None) is not None}
+        self.limits = None
+
+    def set(self, n: int) -> None:
+        for b in self.backends.values():
+            if hasattr(b, "threads"):
+                b.threads = n
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return
+        self.limits = threadpool_limits(limits=n)
+
+
+def _print_loop(res, s, check, prov, loaded, args, plan) -> None:
     print(models.render(res.tokens, loaded))
     print()
     rows = [(i + 1, r.proposed, r.accepted, r.emitted, r.draft_ms, r.verify_ms, r.commit_ms) for i, r in enumerate(res.rounds)]
@@ -112,15 +139,17 @@ def _print_loop(res, s, check, prov, loaded, args) -> None:
     print(f"per round: draft {s['draft_ms_per_round']:.2f} ms, verify {s['verify_ms_per_round']:.2f} ms, "
           f"commit {s['commit_ms_per_round']:.2f} ms")
     print(f"fallback: {fb}")
+    print(f"configuration: {plan.summary()}")
     print(f"[{loaded.source}; k={prov['k']}, commit path {prov['commit_path']}, target {prov['backend']} "
-          f"({prov['kernel_set']}), draft {prov.get('draft_backend')}, row set {prov['row_set']}, T={args.temperature}, "
-          f"git {prov['git_revision']}]")
+          f"({prov['kernel_set']}), draft {prov.get('draft_backend')}, row set {prov['row_set']}, threads {prov['threads']}, "
+          f"T={args.temperature}, git {prov['git_revision']}]")
     if check is not None:
+        plain_at = f"1 row per step, {check['plain_threads']} thread{'s' if check['plain_threads'] > 1 else ''}"
         if check["identical"]:
             ratio = s["tokens_per_s"] / check["plain_tokens_per_s"] if check["plain_tokens_per_s"] else float("nan")
             print(f"check: identical to plain greedy decoding of the same build ({check['tokens']} of {check['tokens']} "
-                  f"tokens; plain {ui.fmt(check['plain_tokens_per_s'], 1)} tok/s on the same backend and row set: "
-                  f"speedup {ratio:.2f}x)")
+                  f"tokens); plain decoding at its fastest ({prov['backend']}, {plain_at}): "
+                  f"{ui.fmt(check['plain_tokens_per_s'], 1)} tok/s; speedup {ratio:.2f}x")
         else:
             print(f"check: DIFFERS from plain greedy decoding of the same build: first at token {check['first_difference']} "
                   f"(speculative {check['speculative_token']} vs plain {check['plain_token']})")

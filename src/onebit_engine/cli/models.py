@@ -85,10 +85,28 @@ def _write_builtin(folder: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def make_backend(name: str, threads: int):
+def resolve_backend(name: str) -> str:
+    """``auto``: host-int when its native kernel builds and runs here (exact integers, the fastest host
+    path), else reference; any other name as given."""
+    if name != "auto":
+        return name
     from ..gemm import get_backend
 
-    return get_backend(name, threads=threads) if name == "host-int" else get_backend(name)
+    kernel = get_backend("host-int").describe().get("kernel")
+    return "host-int" if kernel not in (None, "numba", "numpy") else "reference"
+
+
+def make_backend(name: str, threads: int | None):
+    from ..gemm import get_backend
+
+    name = resolve_backend(name)
+    return get_backend(name, threads=threads or 1) if name == "host-int" else get_backend(name)
+
+
+def default_row_set(backend) -> int:
+    """16 where rows are never padded (one call per verify of up to 16 rows), else 8 (BLAS's measured
+    row-invariant block, ``gemm/reference.py``)."""
+    return 16 if getattr(backend, "row_invariant", False) else 8
 
 
 @dataclass
@@ -137,8 +155,8 @@ def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | N
             raise ConfigError(f"--draft {draft} was given without --model; a draft only fits the target it was "
                               f"trained for - give that target with --model PATH")
         tpath, dpath, source, tok_path = builtin_paths()
-    rs = args.row_set if row_set is None else row_set
     tb = make_backend(backend or args.target_backend or args.backend, args.threads)
+    rs = row_set or args.row_set or default_row_set(tb)
     target = load_target(tpath, backend=tb, row_set=rs)
     dr, dhash = None, None
     if need_draft:

@@ -26,6 +26,9 @@ class GemmBackend(Protocol):
 
     name: str
     exact: bool
+    # Optional (default False): a row's result does not depend on how many rows the call has either (an
+    # exact integer product), so callers may skip the zero padding of a short row set.
+    # row_invariant: bool
 
     def pack(self, weight: np.ndarray, *, name: str = "") -> Any:
         """Pack ``weight`` float32 ``[N, K]`` into the backend's resident form."""
@@ -52,6 +55,10 @@ class Linear:
     out_features: int
     name: str = ""
 
+    @property
+    def row_invariant(self) -> bool:
+        return bool(getattr(self.backend, "row_invariant", False))
+
     @classmethod
     def fused(cls, weights: "list[np.ndarray]", backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
         """One projection for several weights that read the same input (rows stacked in order);
@@ -75,13 +82,13 @@ class Linear:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         m = x.shape[0]
         rs = self.row_set
-        if m == rs:  # the common case (the model always passes exactly one row set)
+        if m == rs or (m < rs and self.row_invariant):  # one call: a full row set, or rows that need no padding
             return self.backend.matmul(np.ascontiguousarray(x, dtype=np.float32), self.packed)
         out = np.empty((m, self.out_features), dtype=np.float32)
         for r0 in range(0, m, rs):
             chunk = x[r0 : r0 + rs]
             n = chunk.shape[0]
-            if n < rs:
+            if n < rs and not self.row_invariant:
                 padded = np.zeros((rs, self.in_features), dtype=np.float32)
                 padded[:n] = chunk
                 chunk = padded

@@ -44,6 +44,7 @@ def kernel_hash() -> str:
 class HostIntBackend:
     name = "host-int"
     exact = True
+    row_invariant = True  # an exact integer product per row: its bits cannot depend on the other rows
 
     def __init__(self, *, weight_format: str = "int8", threads: int = 1, kernel: str | None = None):
         if weight_format not in FORMATS:

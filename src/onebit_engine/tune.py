@@ -1,0 +1,112 @@
+"""Pick the fastest configuration of a run on this machine: threads, drafts per round k, row set.
+
+The speculative loop's tokens/s is E(k) / (round cost), where E(k) = 1 + sum_{i<k} p_i is the expected
+tokens per round for the draft's acceptance by position p_i (the share of rounds whose draft i is
+accepted: ``SpecResult.acceptance_by_position``), and the round cost is what a draft of k, a verify of
+k + 1 rows, a commit and the context append take here, measured. Plain decoding's cost is one step at
+its own fastest setting (1 row, no padding). Both are measured on copies of the prompt's state, a few
+repeats each, interleaved; the acceptance profile comes from elsewhere (the shipped pair's held-out
+evaluation, or a calibration run on another prompt), never from the run being reported.
+
+Nothing here reads the environment: the caller says which thread counts exist and how to apply one.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+
+def expected_tokens(acceptance_by_position: Sequence[float], k: int) -> float:
+    """E(k) = 1 + sum of the first k acceptance shares (positions past the profile count as 0)."""
+    return 1.0 + float(sum(acceptance_by_position[:k]))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The configuration picked for one kind of run, with the costs it was picked from (ms)."""
+
+    threads: int
+    k: int | None  # None: plain decoding
+    ms_per_token: float
+    table: dict = field(default_factory=dict)  # (threads, k) -> predicted ms per token
+
+
+def _median_ms(setup: Callable[[], object], fn: Callable[[object], None], reps: int) -> float:
+    """Median ms of ``fn(setup())``; only ``fn`` is timed (state copies are not part of a round)."""
+    times = []
+    for _ in range(reps):
+        arg = setup()
+        t = time.perf_counter()
+        fn(arg)
+        times.append(1e3 * (time.perf_counter() - t))
+    return float(np.median(times))
+
+
+def measure(target, draft, prompt: Sequence[int], *, ks: Sequence[int], threads: Sequence[int],
+            set_threads: Callable[[int], None], acceptance: Sequence[float], plain_target=None,
+            reps: int = 5, seed: int = 0) -> dict:
+    """ms of one plain step (key ``(threads, None)``) and of one round (key ``(threads, k)``), each the
+    minimum of two interleaved passes (shuffled order) of the median of ``reps`` calls. ``plain_target``:
+    the target plain decoding runs on when it is not ``target`` (a backend that pads rows needs its own
+    row set 1 target for the fastest step). Rounds commit the expected number of accepted rows."""
+    plain_target = plain_target or target
+    base, pbase = target.new_state(), plain_target.new_state()
+    pre = target.forward(list(prompt), base)
+    plain_target.forward(list(prompt), pbase)
+    dbase = draft.new_state()
+    draft.append_context(dbase, pre.hidden)
+    last = int(np.argmax(pre.logits[-1]))
+
+    def step(st) -> None:
+        plain_target.forward([last], st)
+
+    def round_of(k: int) -> Callable[[object], None]:
+        kept = min(k, max(0, int(round(expected_tokens(acceptance, k) - 1))))
+
+        def run(states) -> None:
+            st, dst = states
+            prop = draft.propose(dst, last, k)
+            ver = target.verify([last] + [int(t) for t in prop.tokens[:k]], st)
+            target.commit(st, kept + 1)
+            draft.append_context(dst, ver.hidden[: kept + 1])
+        return run
+
+    def fresh():
+        return base.copy(), _scratch(draft, dbase)
+
+    jobs = [(t, None) for t in threads] + [(t, k) for t in threads for k in ks]
+    samples: dict = {j: [] for j in jobs}
+    rng = random.Random(seed)
+    for _ in range(2):  # two interleaved passes in shuffled order: no variant always runs first
+        rng.shuffle(jobs)
+        for th, k in jobs:
+            set_threads(th)
+            if k is None:
+                samples[(th, k)].append(_median_ms(pbase.copy, step, reps))
+            else:
+                samples[(th, k)].append(_median_ms(fresh, round_of(k), reps))
+    return {j: float(np.min(v)) for j, v in samples.items()}
+
+
+def choose(costs: dict, acceptance: Sequence[float]) -> tuple[Choice, Choice]:
+    """(plain, speculative): the fastest per token of ``measure``'s costs; a round yields E(k) tokens."""
+    plain = {j: ms for j, ms in costs.items() if j[1] is None}
+    spec = {j: ms / expected_tokens(acceptance, j[1]) for j, ms in costs.items() if j[1] is not None}
+    if not plain or not spec:
+        raise ValueError(f"costs need plain steps (threads, None) and rounds (threads, k); got keys {sorted(costs, key=str)}")
+    p = min(plain, key=lambda j: (plain[j], j[0]))
+    s = min(spec, key=lambda j: (spec[j], j[0], j[1]))
+    return Choice(p[0], None, plain[p], plain), Choice(s[0], s[1], spec[s], spec)
+
+
+def _scratch(draft, state):
+    """A copy of the draft state to append to (the measured round must not grow the base state)."""
+    new = draft.new_state()
+    new.length = state.length
+    new.k = [k.copy() for k in state.k]
+    new.v = [v.copy() for v in state.v]
+    return new
