@@ -1,42 +1,58 @@
 /* Persistent worker threads for the host-int kernel (included by host_int_kernel.c).
  *
- * Why: starting and joining a pthread per call cost 24-29% of a 2-thread 1-row 4096 x 4096 call on
- * the Zen 4 VM with the workers awake between calls, ~10% when they must be woken from their sleep
- * (cold weights, A/B in alternating processes). That is more than the ~30-45 us of create + join; a
- * new thread also starts with cold caches, and may first run on its parent's core (not measured).
+ * Why: starting and joining a pthread per call cost 24-29% of a 2-thread 1-row 4096 x 4096 call with
+ * the workers awake between calls, ~10% when they must be woken (more than the ~30-45 us of create +
+ * join; a new thread also starts with cold caches).
  *
- * How: workers are started on first need and never exit. A call bumps `gen` and broadcasts; each
- * worker runs its share if it takes part, then decrements `pending`; the caller runs share 0 and
- * spins until `pending` is 0, so no worker can lag into the next call. Between calls a worker spins
- * for SPIN_NS, yielding its core every few us, then sleeps on the condition variable: an idle
- * process holds no core. 2 ms because a verify's GEMMs come up to ~1 ms apart (the delta-net
- * recurrence runs between them): with 200 us the workers slept and woke for most calls, and a
- * 2-thread medium verify took 25-28 ms instead of 19-20 ms. One call at a time uses the pool (trylock); a concurrent call from another
- * thread, or a failure to start a worker, falls back to pthread_create / join (same bits: the split
- * is the same). After fork() the child starts with no workers (pthread_atfork).
+ * How: workers are started on first need and never exit. A call bumps `gen` and wakes sleepers; each
+ * worker runs its share if it takes part, then decrements `pending`; the caller runs share 0 and waits
+ * until `pending` is 0, so no worker can lag into the next call. Every wait is a bounded spin, then a
+ * futex sleep, so on a busy machine a waiting thread gives its core to whoever can use it (a bare
+ * spin of the caller made 2-thread calls 10-20x slower with another process busy on both cores:
+ * docs/host-int.md, "The pool on a busy machine"):
+ *  - the caller spins for at most CALLER_SPIN_NS (its workers normally finish within a few us of it),
+ *    then sleeps on `pending`; the last worker to finish wakes it;
+ *  - a worker spins for at most SPIN_NS after a call, yielding its core every few us, then sleeps on
+ *    `gen`. 2 ms because a verify's GEMMs come up to ~1 ms apart (the delta-net recurrence runs between
+ *    them): with 200 us the workers slept and woke for most calls (a 2-thread medium verify took 25-28 ms
+ *    instead of 19-20 ms).
+ * One call at a time uses the pool (trylock); a concurrent call from another thread, or a failure to
+ * start a worker, falls back to pthread_create / join (same bits: the split is the same). After fork()
+ * the child starts with no workers (pthread_atfork).
  */
+#include <limits.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SPIN_NS 2000000
+#define CALLER_SPIN_NS 50000
 
 typedef void (*pool_fn)(void *);
 
 static struct {
-    pthread_mutex_t lock;      /* held by the one call that uses the pool */
-    pthread_mutex_t wake_lock; /* guards the sleep on `wake` */
-    pthread_cond_t wake;
-    _Atomic uint64_t gen;      /* bumped once per pooled call */
-    _Atomic int pending;       /* workers that have not finished the current call */
-    int nworkers;              /* started so far: ids 1..nworkers */
-    int active;                /* workers 1..active run a share of the current call */
+    pthread_mutex_t lock;  /* held by the one call that uses the pool */
+    _Atomic uint32_t gen;  /* bumped once per pooled call; workers sleep on it */
+    _Atomic int sleepers;  /* workers asleep (or about to be) on gen */
+    _Atomic uint32_t pending; /* workers that have not finished the current call; the caller sleeps on it */
+    _Atomic int caller_waits; /* the caller may be asleep on pending */
+    int nworkers;          /* started so far: ids 1..nworkers */
+    int active;            /* workers 1..active run a share of the current call */
     pool_fn fn;
-    char *jobs;                /* share i at jobs + i * job_size */
+    char *jobs;            /* share i at jobs + i * job_size */
     size_t job_size;
-    uint64_t start_gen[MAX_THREADS];
+    uint32_t start_gen[MAX_THREADS];
     int atfork;
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val) { /* returns at once if *addr != val */
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr, int n) { syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -44,34 +60,45 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* Spin while *addr == val for at most spin_ns (yielding every 256 pauses when `yield`); returns the
+ * value that ended the spin, or val on timeout. */
+static uint32_t spin_while(_Atomic uint32_t *addr, uint32_t val, int64_t spin_ns, int yield) {
+    int64_t t0 = now_ns();
+    uint32_t v;
+    for (int it = 1; (v = atomic_load_explicit(addr, memory_order_acquire)) == val; it++) {
+        _mm_pause();
+        if ((it & 255) != 0) continue;
+        if (yield) sched_yield(); /* a runnable thread on this core (BLAS, say) goes first */
+        if (now_ns() - t0 > spin_ns) break;
+    }
+    return v;
+}
+
 static void *pool_worker(void *arg) {
     int id = (int)(intptr_t)arg;
-    uint64_t seen = pool.start_gen[id], g;
+    uint32_t seen = pool.start_gen[id], g;
     for (;;) {
-        int64_t t0 = now_ns();
-        for (int it = 1; (g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen; it++) {
-            _mm_pause();
-            if ((it & 255) != 0) continue;
-            sched_yield(); /* every few us: a runnable thread on this core (BLAS, say) goes first */
-            if (now_ns() - t0 > SPIN_NS) {
-                pthread_mutex_lock(&pool.wake_lock);
-                while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen)
-                    pthread_cond_wait(&pool.wake, &pool.wake_lock);
-                pthread_mutex_unlock(&pool.wake_lock);
-                break;
-            }
+        while ((g = spin_while(&pool.gen, seen, SPIN_NS, 1)) == seen) {
+            atomic_fetch_add(&pool.sleepers, 1);
+            futex_wait(&pool.gen, seen); /* the caller wakes the sleepers after bumping gen */
+            atomic_fetch_sub(&pool.sleepers, 1);
         }
         seen = g;
         if (id <= pool.active) pool.fn(pool.jobs + (size_t)id * pool.job_size);
-        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+        if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.caller_waits)) futex_wake(&pool.pending, 1);
     }
+    return NULL;
+}
+
+static void *pool_thread_main(void *arg) { /* a thread of its own, when the pool cannot be used */
+    run_job(arg);
     return NULL;
 }
 
 static void pool_after_fork_child(void) { /* the workers did not come along */
     pthread_mutex_init(&pool.lock, NULL);
-    pthread_mutex_init(&pool.wake_lock, NULL);
-    pthread_cond_init(&pool.wake, NULL);
+    atomic_store(&pool.sleepers, 0);
+    atomic_store(&pool.caller_waits, 0);
     pool.nworkers = 0;
 }
 
@@ -100,13 +127,16 @@ static int pool_run(pool_fn fn, void *jobs, size_t job_size, int t) {
     pool.jobs = (char *)jobs;
     pool.job_size = job_size;
     pool.active = t - 1;
-    atomic_store_explicit(&pool.pending, pool.nworkers, memory_order_relaxed);
-    pthread_mutex_lock(&pool.wake_lock);
-    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.wake_lock);
+    atomic_store(&pool.pending, (uint32_t)pool.nworkers);
+    atomic_fetch_add(&pool.gen, 1);
+    if (atomic_load(&pool.sleepers) > 0) futex_wake(&pool.gen, INT_MAX);
     fn(jobs);
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) _mm_pause();
+    for (uint32_t p; (p = atomic_load(&pool.pending)) != 0;) {
+        if (spin_while(&pool.pending, p, CALLER_SPIN_NS, 0) != p) continue; /* one finished: spin anew */
+        atomic_store(&pool.caller_waits, 1);
+        futex_wait(&pool.pending, p); /* the last worker to finish wakes us */
+        atomic_store(&pool.caller_waits, 0);
+    }
     pthread_mutex_unlock(&pool.lock);
     return 0;
 }
