@@ -160,40 +160,47 @@ def overhead(args):
 
 
 def pool_busy(args):
-    """2-thread int8 4096 x 4096 1-row calls: median with no competitor, with a competitor spinning on
-    both cores (2 separate processes), and without again; the ratio is busy / the quieter of the two."""
+    """int8 4096 x 4096 1-row calls on 1 and 2 threads: medians with no competitor, with a competitor
+    spinning on both cores (2 separate processes), and without again; ratio = busy / the quieter of the
+    two. The 1-thread ratio is the yardstick: what a fair share of a busy core costs any call."""
     import json
     import subprocess
     import sys
 
-    b = HostIntBackend(weight_format="int8", threads=2, kernel=args.kernel or None)
     w = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
-    p, small = b.pack(w), b.pack(w[:1024])
     x = np.ones((1, 4096), np.float32)
+    cases = {}
+    for th in (1, 2):
+        b = HostIntBackend(weight_format="int8", threads=th, kernel=args.kernel or None)
+        cases[th] = (b, b.pack(w), b.pack(w[:1024]))
 
-    def median_ms():
-        ts = []
+    def medians_ms():
+        ts = {th: [] for th in cases}
         for _ in range(args.reps):
-            b.matmul(x, small)
-            t = time.perf_counter()
-            b.matmul(x, p)
-            ts.append(time.perf_counter() - t)
-        return float(np.median(ts)) * 1e3
+            for th, (b, p, small) in cases.items():
+                b.matmul(x, small)
+                t = time.perf_counter()
+                b.matmul(x, p)
+                ts[th].append(time.perf_counter() - t)
+        return {th: float(np.median(v)) * 1e3 for th, v in ts.items()}
 
-    quiet = median_ms()
+    quiet = medians_ms()
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         time.sleep(0.5)
-        busy = median_ms()
+        busy = medians_ms()
     finally:
         for s in spinners:
             s.kill()
             s.wait()
-    quiet2 = median_ms()
-    ratio = busy / min(quiet, quiet2)
-    print(f"| {b.kernel} | 2 threads, int8 4096 x 4096, 1 row | quiet {quiet:.3f} / {quiet2:.3f} ms | busy {busy:.3f} ms | "
-          f"busy / quiet {ratio:.2f} |")
-    print(json.dumps({"quiet_ms": min(quiet, quiet2), "busy_ms": busy, "ratio": ratio}))
+    quiet2 = medians_ms()
+    out = {}
+    for th, (b, _, _) in cases.items():
+        q = min(quiet[th], quiet2[th])
+        out[f"t{th}_ratio"], out[f"t{th}_busy_ms"], out[f"t{th}_quiet_ms"] = busy[th] / q, busy[th], q
+        print(f"| {b.kernel} | {th} thread(s), int8 4096 x 4096, 1 row | quiet {quiet[th]:.3f} / {quiet2[th]:.3f} ms | "
+              f"busy {busy[th]:.3f} ms | busy / quiet {busy[th] / q:.2f} |")
+    print(json.dumps(out))
 
 
 def ab(args):

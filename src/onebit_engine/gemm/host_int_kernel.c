@@ -26,6 +26,7 @@
 
 #define MAX_ROWS 16
 #define MAX_THREADS 64
+#define MAX_JOBS 256
 #define KB_ACT_BYTES 16384 /* K blocks keep the rows' activations of one block within half of L1 */
 
 static const int CPB[3] = {1, 2, 4};              /* codes per packed byte */
@@ -170,6 +171,9 @@ static int64_t threads_for(int64_t tiles, int64_t tile_bytes, int threads) {
 
 #include "host_int_pool.h"
 
+/* Several jobs per thread (JOBS_PER_THREAD), claimed as threads come free: on a busy machine a thread
+ * the scheduler keeps waiting holds up one job, not half the call. */
+#define JOBS_PER_THREAD 4
 static void run_all(job_t *base, int64_t tiles, int threads) {
     int64_t t = threads_for(tiles, base->w->steps * 4 * base->T, threads);
     if (t == 1) {
@@ -178,22 +182,16 @@ static void run_all(job_t *base, int64_t tiles, int threads) {
         run_job(base);
         return;
     }
-    job_t jobs[MAX_THREADS];
-    for (int64_t i = 0; i < t; i++) {
+    int64_t nj = t * JOBS_PER_THREAD < tiles ? t * JOBS_PER_THREAD : tiles;
+    job_t jobs[MAX_JOBS];
+    if (nj > MAX_JOBS) nj = MAX_JOBS;
+    for (int64_t i = 0; i < nj; i++) {
         jobs[i] = *base;
-        jobs[i].t0 = tiles * i / t;
-        jobs[i].t1 = tiles * (i + 1) / t;
+        jobs[i].t0 = tiles * i / nj;
+        jobs[i].t1 = tiles * (i + 1) / nj;
     }
-    if (pool_run(run_job, jobs, sizeof(job_t), (int)t) == 0) return;
-    /* the pool is in use by another thread's call, or could not start: threads of our own */
-    pthread_t tid[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    for (int64_t i = 1; i < t; i++) started[i] = pthread_create(&tid[i], NULL, pool_thread_main, &jobs[i]) == 0;
-    run_job(&jobs[0]);
-    for (int64_t i = 1; i < t; i++) {
-        if (started[i]) pthread_join(tid[i], NULL);
-        else run_job(&jobs[i]); /* could not start a thread: do its share here */
-    }
+    team_t team = {run_job, (char *)jobs, sizeof(job_t), (int)nj, 0};
+    team_run(&team, (int)t);
 }
 
 /* ---- per-call buffers: one per calling thread, kept (malloc per call cost several us on small layers) */
