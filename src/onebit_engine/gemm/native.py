@@ -36,6 +36,7 @@ HEADERS = tuple(HERE / f for f in ("host_int_tiles.h", "host_int_quant.h", "host
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
 ABI_VERSION = 2
+_F32 = np.dtype(np.float32)
 _LOADED: "dict[str, NativeKernel]" = {}
 _ERROR: "dict[str, str]" = {}
 
@@ -159,12 +160,12 @@ class NativeKernel:
         index of the first non-finite row (an int). No per-call ctypes objects: the weight's descriptor
         is made once, x and y go by object address (``data_off``)."""
         m = x.shape[0]
-        y = np.empty((m, tw.shape[0]), np.float32)
+        y = np.empty((m, tw.shape[0]), _F32)
         if self.data_off >= 0:
             rc = self._matmul(tw.c_struct[1], id(x), m, id(y), threads, kb, self.data_off)
         else:
             rc = self._matmul(tw.c_struct[1], x.ctypes.data, m, y.ctypes.data, threads, kb, -1)
-        if rc == 0:
+        if not rc:
             return y
         if -1 - m < rc <= -1:
             return -1 - rc
