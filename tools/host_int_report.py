@@ -11,7 +11,7 @@ and a cProfile of the engine's decode step.
     python tools/host_int_report.py layers  [--rows 1,8] [--reps 200]  (one step's GEMMs of the built-in pair)
     python tools/host_int_report.py overhead [--reps 2000]   (per-call cost of an 8 x 8 layer)
     python tools/host_int_report.py pool-busy [--reps 200]   (2-thread median with a busy competitor / without)
-    python tools/host_int_report.py ab --old-src DIR --what layers [--rounds 8]   (old tree vs this one)
+    python tools/host_int_report.py ab --old-src DIR --run layers [--rounds 8]   (old tree vs this one)
 
 Thread counts are arguments (this script is an edge; the library reads no environment). Timings are
 minimums over repeats because the machine is shared.
@@ -84,6 +84,7 @@ def kernel(args):
     print("| path | format | threads | 1 row ms | 8 rows ms | 16 rows ms | 8-row / 1-row | 16-row / 1-row | 1-row GB/s "
           "| read stream GB/s | % of read stream | copy GB/s (r+w, 1 thread) | % of copy |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    figures = {}
     for path, fmt, th in [(p, f, int(t)) for p in _paths(args) for f in FORMATS for t in args.threads.split(",")]:
         b = HostIntBackend(weight_format=fmt, threads=th, kernel=path)
         p, small = b.pack(w), b.pack(w[:1024])  # small: >= 256 KiB per thread in every format
@@ -100,6 +101,11 @@ def kernel(args):
         print(f"| {b.kernel} | {fmt} | {th} | {best[1]*1e3:.2f} | {best[8]*1e3:.2f} | {best[16]*1e3:.2f} | "
               f"{best[8]/best[1]:.2f} | {best[16]/best[1]:.2f} | {gbs:.1f} | {read:.1f} | {gbs / read:.0%} | {copy:.1f} | "
               f"{gbs / copy:.0%} |", flush=True)
+        figures.update({f"{fmt}_t{th}_r{m}_ms": best[m] * 1e3 for m in best})
+        figures.update({f"{fmt}_t{th}_r8_over_r1": best[8] / best[1], f"{fmt}_t{th}_r1_share_of_read": gbs / read})
+    import json
+
+    print(json.dumps(figures))
 
 
 def _weight_bytes(p) -> int:
@@ -160,51 +166,49 @@ def overhead(args):
 
 
 def pool_busy(args):
-    """int8 4096 x 4096 1-row calls on 1 and 2 threads: medians with no competitor, with a competitor
-    spinning on both cores (2 separate processes), and without again; ratio = busy / the quieter of the
-    two. The 1-thread ratio is the yardstick: what a fair share of a busy core costs any call."""
+    """int8 4096 x 4096 1-row calls, for each of --threads (default here 1 and 2) on its own: the median
+    with no competitor, with a competitor spinning on both cores (2 separate processes), and without
+    again; ratio = busy / the quieter of the two. The 1-thread ratio is the yardstick: what a fair share
+    of a busy core costs any call."""
     import json
     import subprocess
     import sys
 
     w = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
     x = np.ones((1, 4096), np.float32)
-    cases = {}
-    for th in (1, 2):
+    out = {}
+    for th in [int(t) for t in (args.threads if args.threads != "1" else "1,2").split(",")]:
         b = HostIntBackend(weight_format="int8", threads=th, kernel=args.kernel or None)
-        cases[th] = (b, b.pack(w), b.pack(w[:1024]))
+        p, small = b.pack(w), b.pack(w[:1024])
 
-    def medians_ms():
-        ts = {th: [] for th in cases}
-        for _ in range(args.reps):
-            for th, (b, p, small) in cases.items():
+        def median_ms():
+            ts = []
+            for _ in range(args.reps):
                 b.matmul(x, small)
                 t = time.perf_counter()
                 b.matmul(x, p)
-                ts[th].append(time.perf_counter() - t)
-        return {th: float(np.median(v)) * 1e3 for th, v in ts.items()}
+                ts.append(time.perf_counter() - t)
+            return float(np.median(ts)) * 1e3
 
-    quiet = medians_ms()
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        time.sleep(0.5)
-        busy = medians_ms()
-    finally:
-        for s in spinners:
-            s.kill()
-            s.wait()
-    quiet2 = medians_ms()
-    out = {}
-    for th, (b, _, _) in cases.items():
-        q = min(quiet[th], quiet2[th])
-        out[f"t{th}_ratio"], out[f"t{th}_busy_ms"], out[f"t{th}_quiet_ms"] = busy[th] / q, busy[th], q
-        print(f"| {b.kernel} | {th} thread(s), int8 4096 x 4096, 1 row | quiet {quiet[th]:.3f} / {quiet2[th]:.3f} ms | "
-              f"busy {busy[th]:.3f} ms | busy / quiet {busy[th] / q:.2f} |")
+        quiet = median_ms()
+        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        try:
+            time.sleep(0.5)
+            busy = median_ms()
+        finally:
+            for s in spinners:
+                s.kill()
+                s.wait()
+        quiet2 = median_ms()
+        q = min(quiet, quiet2)
+        out[f"t{th}_ratio"], out[f"t{th}_busy_ms"], out[f"t{th}_quiet_ms"] = busy / q, busy, q
+        print(f"| {b.kernel} | {th} thread(s), int8 4096 x 4096, 1 row | quiet {quiet:.3f} / {quiet2:.3f} ms | "
+              f"busy {busy:.3f} ms | busy / quiet {busy / q:.2f} |", flush=True)
     print(json.dumps(out))
 
 
 def ab(args):
-    """Run `--what` (a subcommand that ends with a JSON line) alternately on --old-src and on this tree's
+    """Run `--run` (a subcommand that ends with a JSON line) alternately on --old-src and on this tree's
     src, in processes started in a shuffled order each round; minimums over --rounds rounds per figure."""
     import json
     import os
@@ -214,7 +218,7 @@ def ab(args):
     from pathlib import Path
 
     trees = {"old": str(Path(args.old_src).resolve()), "new": str(Path(__file__).resolve().parents[1] / "src")}
-    cmd = [sys.executable, __file__, args.what, "--reps", str(args.reps), "--rows", args.rows, "--threads", args.threads]
+    cmd = [sys.executable, __file__, args.run, "--reps", str(args.reps), "--rows", args.rows, "--threads", args.threads]
     best: dict = {"old": {}, "new": {}}
     for _ in range(args.rounds):
         for name in random.sample(list(trees), 2):
@@ -456,6 +460,7 @@ def main():
     ap.add_argument("--rows", default="1,8")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--old-src", default="")
+    ap.add_argument("--run", default="layers", help="the subcommand `ab` runs on both trees")
     ap.add_argument("--threads", default="1")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=None)
