@@ -198,7 +198,9 @@ def test_native_takes_any_layout_and_row_count(kernel):
     assert np.array_equal(b.matmul(x, p), ref.matmul(x, pr))
     assert b.matmul(x[:0], p).shape == (0, 21)
     z = HostIntBackend(kernel=kernel)
-    assert np.array_equal(z.matmul(np.ones((2, 0), np.float32), z.pack(np.ones((3, 0), np.float32))), np.zeros((2, 3), np.float32))
+    empty = z.pack(np.ones((3, 0), np.float32))
+    assert np.array_equal(z.matmul(np.ones((2, 0), np.float32), empty), np.zeros((2, 3), np.float32))
+    assert np.array_equal(gemm_int_tiled(np.zeros((2, 0), np.int8), empty), np.zeros((2, 3), np.int32))
 
 
 def test_ternary_code_3_is_refused_at_pack():

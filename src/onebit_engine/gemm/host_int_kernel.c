@@ -145,7 +145,7 @@ static void epilogue(const job_t *j, int64_t t, const int32_t *acc) {
 static void run_job(void *arg) {
     const job_t *j = (const job_t *)arg;
     const hi_weight_t *W = j->w;
-    int64_t S = W->steps, vb = 4 * j->T, G = S * j->cpb, nkb = (S + j->kb - 1) / j->kb;
+    int64_t S = W->steps, vb = 4 * j->T, G = S * j->cpb, nkb = S > 0 ? (S + j->kb - 1) / j->kb : 1; /* K = 0: acc = 0 */
     int32_t local[MAX_ROWS * 16];
     for (int64_t kbi = 0; kbi < nkb; kbi++) {
         int64_t s0 = kbi * j->kb, s1 = s0 + j->kb < S ? s0 + j->kb : S;
@@ -243,7 +243,7 @@ static int run(const hi_weight_t *W, const float *x, const int8_t *xq, int64_t m
     int64_t T = TILE_W[W->path], cpb = CPB[W->fmt], S = W->steps, G = S * cpb, k = W->k, tiles = (W->n + T - 1) / T;
     if (kb == 0) kb = KB_ACT_BYTES[W->path] ? KB_ACT_BYTES[W->path] / (m * cpb * 4) : S;
     if (kb < 1) kb = 1;
-    int64_t nkb = (S + kb - 1) / kb;
+    int64_t nkb = S > 0 ? (S + kb - 1) / kb : 1;
     size_t xs_bytes = (size_t)(m * G * 4), q_bytes = (size_t)(G * 4 + 64);
     size_t scratch_bytes = nkb > 1 ? (size_t)(tiles * m * T) * sizeof(int32_t) : 0;
     char *buf = (char *)call_buffer(scratch_bytes + xs_bytes + q_bytes);
