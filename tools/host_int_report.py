@@ -8,6 +8,10 @@ and a cProfile of the engine's decode step.
     python tools/host_int_report.py model-verify [--threads 1,2] [--reps 60]   (verify of 8 rows / 1-row step)
     python tools/host_int_report.py profile [--tokens 32] [--format int8]
     python tools/host_int_report.py floor   [--reps 60]    (compute floor of the int8 mix, 1 and 2 threads)
+    python tools/host_int_report.py layers  [--rows 1,8] [--reps 200]  (one step's GEMMs of the built-in pair)
+    python tools/host_int_report.py overhead [--reps 2000]   (per-call cost of an 8 x 8 layer)
+    python tools/host_int_report.py pool-busy [--reps 200]   (2-thread median with a busy competitor / without)
+    python tools/host_int_report.py ab --old-src DIR --run layers [--rounds 8]   (old tree vs this one)
 
 Thread counts are arguments (this script is an edge; the library reads no environment). Timings are
 minimums over repeats because the machine is shared.
@@ -55,6 +59,19 @@ def _cold_calls(b, p, small, xs, best):
         best[m] = min(best[m], _tmin(lambda: b.matmul(x, p), 1))
 
 
+def _paths(args):
+    """The native paths to report: --kernel, or each one that runs here (never the emulation: it is slow)."""
+    if args.kernel:
+        return args.kernel.split(",")
+    try:
+        from onebit_engine.gemm.host_int import DISPATCH
+    except ImportError:  # a tree from before the runtime dispatch (`ab`): its default
+        return [None]
+    from onebit_engine.gemm import native
+
+    return [p for p in DISPATCH if native.available(p)] or [None]
+
+
 def kernel(args):
     """1 / 8 / 16-row calls on a 4096 x 4096 layer, each repeat interleaved with a read stream at the same
     thread count (the roofline of a kernel that only reads its weights) and a 1-thread numpy copy.
@@ -64,26 +81,155 @@ def kernel(args):
     w = rng.standard_normal((4096, 4096)).astype(np.float32)
     src = np.ones(256 * 2**20, np.uint8)  # the copy yardstick of earlier runs; it reads ~2x slower at 64-128 MiB here
     dst = np.empty_like(src)
-    print("| format | threads | 1 row ms | 8 rows ms | 16 rows ms | 8-row / 1-row | 1-row GB/s "
+    print("| path | format | threads | 1 row ms | 8 rows ms | 16 rows ms | 8-row / 1-row | 16-row / 1-row | 1-row GB/s "
           "| read stream GB/s | % of read stream | copy GB/s (r+w, 1 thread) | % of copy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for fmt in FORMATS:
-        for th in [int(t) for t in args.threads.split(",")]:
-            b = HostIntBackend(weight_format=fmt, threads=th)
-            p, small = b.pack(w), b.pack(w[:1024])  # small: >= 256 KiB per thread in every format
-            xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8, 16)}
-            best = {m: float("inf") for m in xs}
-            stream = ReadStream(threads=th)
-            t_read = t_copy = float("inf")
-            for _ in range(args.reps):  # interleaved, so a busy spell hits every figure alike
-                t_read = min(t_read, stream.seconds())
-                t_copy = min(t_copy, copy_seconds(src, dst))
-                _cold_calls(b, p, small, xs, best)
-            stream.close()
-            gbs, read, copy = p.data.nbytes / best[1] / 1e9, stream.nbytes / t_read / 1e9, 2 * src.nbytes / t_copy / 1e9
-            print(f"| {fmt} | {th} | {best[1]*1e3:.2f} | {best[8]*1e3:.2f} | {best[16]*1e3:.2f} | "
-                  f"{best[8]/best[1]:.2f} | {gbs:.1f} | {read:.1f} | {gbs / read:.0%} | {copy:.1f} | {gbs / copy:.0%} |",
-                  flush=True)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    figures = {}
+    for path, fmt, th in [(p, f, int(t)) for p in _paths(args) for f in FORMATS for t in args.threads.split(",")]:
+        b = HostIntBackend(weight_format=fmt, threads=th, kernel=path)
+        p, small = b.pack(w), b.pack(w[:1024])  # small: >= 256 KiB per thread in every format
+        xs = {m: rng.standard_normal((m, 4096)).astype(np.float32) for m in (1, 8, 16)}
+        best = {m: float("inf") for m in xs}
+        stream = ReadStream(threads=th)
+        t_read = t_copy = float("inf")
+        for _ in range(args.reps):  # interleaved, so a busy spell hits every figure alike
+            t_read = min(t_read, stream.seconds())
+            t_copy = min(t_copy, copy_seconds(src, dst))
+            _cold_calls(b, p, small, xs, best)
+        stream.close()
+        gbs, read, copy = _weight_bytes(p) / best[1] / 1e9, stream.nbytes / t_read / 1e9, 2 * src.nbytes / t_copy / 1e9
+        print(f"| {b.kernel} | {fmt} | {th} | {best[1]*1e3:.2f} | {best[8]*1e3:.2f} | {best[16]*1e3:.2f} | "
+              f"{best[8]/best[1]:.2f} | {best[16]/best[1]:.2f} | {gbs:.1f} | {read:.1f} | {gbs / read:.0%} | {copy:.1f} | "
+              f"{gbs / copy:.0%} |", flush=True)
+        figures.update({f"{fmt}_t{th}_r{m}_ms": best[m] * 1e3 for m in best})
+        figures.update({f"{fmt}_t{th}_r8_over_r1": best[8] / best[1], f"{fmt}_t{th}_r1_share_of_read": gbs / read})
+    import json
+
+    print(json.dumps(figures))
+
+
+def _weight_bytes(p) -> int:
+    """Bytes of codes a call reads (the tiles of a native path, the file format's data otherwise)."""
+    return int(p.tiles.nbytes if hasattr(p, "tiles") else p.data.nbytes)
+
+
+# One step's GEMMs (N x K) of the built-in pair (docs/trained-pair.md): the target's 3 delta-net layers
+# (fused in_proj, out_proj), its attention layer (fused qkv, o_proj), 4 MLPs (fused gate_up, down), lm_head;
+# the draft's projections as listed in the issue.
+TARGET_LAYERS = [(584, 192)] * 3 + [(192, 192)] * 3 + [(576, 192), (192, 192)] + [(1024, 192)] * 4 + [(192, 512)] * 4 + [(4096, 192)]
+DRAFT_LAYERS = [(192, 192), (96, 192), (512, 192), (192, 512), (48, 192), (192, 576), (32, 192), (4096, 192)]
+
+
+def layers(args):
+    """Sum of one step's GEMMs on the built-in pair's shapes (random weights), int8, each row count: the
+    minimum over --reps repeats of the whole list in order, the row counts interleaved in every repeat.
+    Prints one JSON line (for `ab`) after the table."""
+    import json
+
+    rng = np.random.default_rng(0)
+    rows = [int(r) for r in args.rows.split(",")]
+    out = {}
+    b = HostIntBackend(weight_format=args.format, threads=int(args.threads.split(",")[0]), kernel=args.kernel or None)
+    for label, shapes in (("target", TARGET_LAYERS), ("draft", DRAFT_LAYERS)):
+        packed = [b.pack(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+        xs = {m: {k: rng.standard_normal((m, k)).astype(np.float32) for k in {k for _, k in shapes}} for m in rows}
+        best = {m: float("inf") for m in rows}
+        for _ in range(args.reps):
+            for m in rows:
+                x = xs[m]
+                t = time.perf_counter()
+                for p in packed:
+                    b.matmul(x[p.shape[1]], p)
+                best[m] = min(best[m], time.perf_counter() - t)
+        macs = sum(n * k for n, k in shapes)
+        for m in rows:
+            out[f"{label}_r{m}_ms"] = best[m] * 1e3
+            print(f"| {b.kernel} | {label} ({len(shapes)} GEMMs, {macs / 1e6:.2f} M weights) | {m} | {best[m] * 1e3:.3f} ms | "
+                  f"{m * macs / best[m] / 1e9:.1f} GMAC/s |", flush=True)
+    print(json.dumps(out))
+
+
+def overhead(args):
+    """Per-call cost of the smallest layer (8 x 8, 1 row): min over --reps calls, and the median."""
+    import json
+
+    b = HostIntBackend(threads=1, kernel=args.kernel or None)
+    p = b.pack(np.ones((8, 8), np.float32))
+    x = np.ones((1, 8), np.float32)
+    ts = []
+    for _ in range(args.reps):
+        t = time.perf_counter()
+        b.matmul(x, p)
+        ts.append(time.perf_counter() - t)
+    print(f"| {b.kernel} | 8 x 8, 1 row | min {min(ts) * 1e6:.2f} us | median {np.median(ts) * 1e6:.2f} us |")
+    print(json.dumps({"overhead_min_us": min(ts) * 1e6, "overhead_median_us": float(np.median(ts)) * 1e6}))
+
+
+def pool_busy(args):
+    """int8 4096 x 4096 1-row calls, for each of --threads (default here 1 and 2) on its own: the median
+    with no competitor, with a competitor spinning on both cores (2 separate processes), and without
+    again; ratio = busy / the quieter of the two. The 1-thread ratio is the yardstick: what a fair share
+    of a busy core costs any call."""
+    import json
+    import subprocess
+    import sys
+
+    w = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+    x = np.ones((1, 4096), np.float32)
+    out = {}
+    for th in [int(t) for t in (args.threads if args.threads != "1" else "1,2").split(",")]:
+        b = HostIntBackend(weight_format="int8", threads=th, kernel=args.kernel or None)
+        p, small = b.pack(w), b.pack(w[:1024])
+
+        def median_ms():
+            ts = []
+            for _ in range(args.reps):
+                b.matmul(x, small)
+                t = time.perf_counter()
+                b.matmul(x, p)
+                ts.append(time.perf_counter() - t)
+            return float(np.median(ts)) * 1e3
+
+        quiet = median_ms()
+        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        try:
+            time.sleep(0.5)
+            busy = median_ms()
+        finally:
+            for s in spinners:
+                s.kill()
+                s.wait()
+        quiet2 = median_ms()
+        q = min(quiet, quiet2)
+        out[f"t{th}_ratio"], out[f"t{th}_busy_ms"], out[f"t{th}_quiet_ms"] = busy / q, busy, q
+        print(f"| {b.kernel} | {th} thread(s), int8 4096 x 4096, 1 row | quiet {quiet:.3f} / {quiet2:.3f} ms | "
+              f"busy {busy:.3f} ms | busy / quiet {busy / q:.2f} |", flush=True)
+    print(json.dumps(out))
+
+
+def ab(args):
+    """Run `--run` (a subcommand that ends with a JSON line) alternately on --old-src and on this tree's
+    src, in processes started in a shuffled order each round; minimums over --rounds rounds per figure."""
+    import json
+    import os
+    import random
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    trees = {"old": str(Path(args.old_src).resolve()), "new": str(Path(__file__).resolve().parents[1] / "src")}
+    cmd = [sys.executable, __file__, args.run, "--reps", str(args.reps), "--rows", args.rows, "--threads", args.threads]
+    best: dict = {"old": {}, "new": {}}
+    for _ in range(args.rounds):
+        for name in random.sample(list(trees), 2):
+            env = dict(os.environ, PYTHONPATH=trees[name])
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            for key, v in json.loads(res.stdout.strip().splitlines()[-1]).items():
+                best[name][key] = min(best[name].get(key, float("inf")), v)
+    print(f"| figure | old ({args.old_src}) | new | new / old |")
+    print("|---|---|---|---|")
+    for key in best["old"]:
+        print(f"| {key} | {best['old'][key]:.3f} | {best['new'][key]:.3f} | {best['new'][key] / best['old'][key]:.2f} |")
 
 
 def floor(args):
@@ -308,7 +454,13 @@ def profile(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["kernel", "model-verify", "quality", "quality-trained", "decode", "profile", "floor"])
+    ap.add_argument("what", choices=["kernel", "model-verify", "quality", "quality-trained", "decode", "profile", "floor",
+                                     "layers", "overhead", "pool-busy", "ab"])
+    ap.add_argument("--kernel", default="", help="host-int path(s), comma separated (default: each native one here)")
+    ap.add_argument("--rows", default="1,8")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--old-src", default="")
+    ap.add_argument("--run", default="layers", help="the subcommand `ab` runs on both trees")
     ap.add_argument("--threads", default="1")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=None)
@@ -318,7 +470,8 @@ def main():
     if args.what in ("decode", "profile"):
         args.threads = int(args.threads)
     args.tokens = args.tokens or {"quality": 300, "quality-trained": 300, "decode": 64, "profile": 32}.get(args.what, 0)
-    {"kernel": kernel, "model-verify": model_verify, "quality": quality, "quality-trained": quality_trained, "decode": decode, "profile": profile, "floor": floor}[args.what](args)
+    {"kernel": kernel, "model-verify": model_verify, "quality": quality, "quality-trained": quality_trained, "decode": decode,
+     "profile": profile, "floor": floor, "layers": layers, "overhead": overhead, "pool-busy": pool_busy, "ab": ab}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 ``ReadStream`` is the roofline of a kernel that only reads its weights: the max of a uint8 buffer far
 larger than the caches, split into ``threads`` contiguous parts reduced on that many Python threads
-(numpy releases the GIL inside the reduction). On the 2-vCPU Zen 4 VM it reads as fast as a
+(numpy releases the GIL inside the reduction). On the 2-vCPU Zen 3 VM it reads as fast as a
 hand-written AVX2 load loop (~13 GB/s on 1 thread, ~20 GB/s on 2, measured side by side).
 ``copy_seconds`` is the older yardstick, a numpy copy (read + write bytes are both counted).
 """

@@ -1,4 +1,4 @@
-"""host-int: fast kernel == numpy twin bitwise, row independence, and matmul == the contract formula."""
+"""host-int: every kernel == the numpy twin bitwise, row independence, and matmul == the contract formula."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -6,10 +6,14 @@ from hypothesis import given, settings, strategies as st
 from onebit_engine.gemm import Linear, get_backend, known_backends
 from onebit_engine.gemm import int_kernels, native
 from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.gemm.int_kernels import matmul_int, matmul_int_reference
+from onebit_engine.gemm.int_kernels import gemm_int_tiled, matmul_int, matmul_int_reference
 from onebit_engine.quant import FORMATS, dequantize_acc, quantize_rows, quantize_weight
+from onebit_engine.quant.formats import QMAX
 
-KERNELS = ["numpy"] + (["numba"] if int_kernels.HAVE_NUMBA else []) + (["native"] if native.available() else [])
+from .host_int_paths import kernel_params, native_params
+
+KERNELS = kernel_params()
+NATIVE = native_params()
 
 
 def contract(x, w):
@@ -47,7 +51,7 @@ def test_fast_kernel_equals_numpy_twin_bitwise(kernel, fmt, m, k, n, seed):
        mag=st.sampled_from([1e-30, 1e-3, 1.0, 3e4, 1e30]), zero_row=st.booleans())
 def test_backend_matmul_equals_numpy_twin_bitwise(kernel, fmt, m, k, n, seed, mag, zero_row):
     """The whole contract (quantize, exact product, epilogue) of each kernel == the numpy twin, any K
-    (tails of every chunk size), any magnitude, zero rows included."""
+    (tails of every step and chunk size), N not a multiple of a tile, any magnitude, zero rows included."""
     rng = np.random.default_rng(seed)
     b = HostIntBackend(weight_format=fmt, kernel=kernel)
     packed = b.pack(rng.standard_normal((n, k)).astype(np.float32))
@@ -61,31 +65,52 @@ def test_backend_matmul_equals_numpy_twin_bitwise(kernel, fmt, m, k, n, seed, ma
     assert got.dtype == np.float32 and np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("kernel", NATIVE)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("k", [1000, 2049, 4095, 4097])
+def test_large_k_and_k_blocks_do_not_change_bits(kernel, fmt, k):
+    """Large K, not a multiple of a step or of 64, in every row count of a register block and two blocks;
+    K blocks of 1, 3 and 1000 steps (and the kernel's own choice) only reorder exact integer sums."""
+    rng = np.random.default_rng(k)
+    b = HostIntBackend(weight_format=fmt, kernel=kernel)
+    tw = b.pack(rng.standard_normal((37, k)).astype(np.float32))
+    xq = rng.integers(-127, 128, (16, k)).astype(np.int8)
+    xq[5] = 0
+    want = matmul_int_reference(xq, tw.codes())
+    for m in (1, 2, 7, 8, 9, 16):
+        for kb in (0, 1, 3, 1000):
+            assert np.array_equal(gemm_int_tiled(xq[:m], tw, kb=kb), want[:m]), (m, kb)
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("m", [2, 8])  # native: the sign form (1-2 rows) and the xor form (3+ rows)
-def test_extreme_codes_do_not_wrap(kernel, m):
-    """Largest K the contract allows, every code at +-127: the sums reach +-(2^31 - 1) - 4071, and the
-    native xor form's partial sums leave int32 before its correction brings them back."""
-    k = (2**31 - 1) // 127**2
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("m", [1, 2, 8, 16])
+def test_extreme_codes_do_not_wrap(kernel, fmt, m):
+    """Largest K the contract allows, every code at +-127 / +-7 / +-1 and every activation at +-127: the
+    int8 sums reach +-(2^31 - 1) - 4071, and the biased sums of the native paths (code + BIAS) leave int32
+    before their correction brings them back; no saturation or wrap may show."""
+    q = QMAX[fmt]
+    k = int_kernels.MAX_K
     xq = np.full((m, k), -127, np.int8)
     xq[1::2] = 127
-    w = np.full((3, k), 127, np.int8)
-    w[1] = -127
-    w[2, ::3] = -127
-    qw = quantize_weight(w.astype(np.float32), "int8")
-    got = matmul_int(xq, "int8", qw.data, threads=1, kernel=kernel)
-    assert got[0, 0] == -k * 127 * 127 and got[1, 1] == -k * 127 * 127 and got[1, 0] == k * 127 * 127
+    w = np.full((4, k), q, np.int8)
+    w[1] = -q
+    w[2, ::3] = -q
+    w[3, : k // 2] = 0
+    qw = quantize_weight(w.astype(np.float32), fmt)
+    assert np.array_equal(qw.codes(), w)
+    got = matmul_int(xq, fmt, qw.data, threads=1, kernel=kernel)
+    assert got[0, 0] == -k * q * 127 and got[0, 1] == k * q * 127
     assert np.array_equal(got, matmul_int_reference(xq, w))
-
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("fmt", ["int4", "ternary"])
 @pytest.mark.parametrize("m", [1, 8, 11])
 def test_extreme_codes_do_not_saturate_int16_sums(kernel, fmt, m):
-    """int4 / ternary: native sums whole groups of chunks in int16 (4 int4 chunks, 16 ternary chunks) at
-    up to 30480 / 32512; every code at its largest biased value with x = +-127 fills each group to that
-    bound, and a group one chunk longer would saturate. K spans several groups plus a partial one."""
+    """int4 / ternary: avx2 sums whole groups of steps in int16 (4 int4 steps, 16 ternary steps) at up to
+    30480 / 32512; every code at its largest biased value with x = +-127 fills each group to that bound,
+    and a group one step longer would saturate. K spans several groups plus a partial one."""
     q = 7 if fmt == "int4" else 1
     k = 3 * 16 * 128 + 77
     xq = np.full((m, k), 127, np.int8)
@@ -100,15 +125,15 @@ def test_extreme_codes_do_not_saturate_int16_sums(kernel, fmt, m):
     assert got[0, 0] == k * q * 127
     assert np.array_equal(got, matmul_int_reference(xq, w))
 
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_row_is_independent_of_neighbours_and_position(fmt):
     rng = np.random.default_rng(3)
     b = HostIntBackend(weight_format=fmt)
     packed = b.pack(rng.standard_normal((37, 65)).astype(np.float32))
-    assert b.kernel == KERNELS[-1]
     row = rng.standard_normal((1, 65)).astype(np.float32)
     alone = b.matmul(row, packed)[0]
-    for m in (2, 8, 16):
+    for m in (2, 8, 9, 16, 17, 33):
         for pos in (0, m - 1):
             x = rng.standard_normal((m, 65)).astype(np.float32) * 50
             x[pos] = row[0]
@@ -138,28 +163,44 @@ def test_zero_padded_rows_give_zero_through_linear():
     assert np.array_equal(y, contract(np.vstack([x, np.zeros((5, 24), np.float32)]), w)[:3])
 
 
-@pytest.mark.skipif(not native.available(), reason="native kernel unavailable (needs ziglang and AVX2)")
+@pytest.mark.parametrize("kernel", NATIVE)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_native_threads_and_row_blocks_do_not_change_bits(fmt):
-    # 700 x 2100 packed rows are large enough for the native kernel to split the channels over threads
+def test_native_threads_and_row_blocks_do_not_change_bits(kernel, fmt):
+    # 700 x 2100 packed bytes per row are enough for the kernel to split the tiles over 2 and 3 threads
     rng = np.random.default_rng(7)
-    b1, b3 = HostIntBackend(weight_format=fmt, threads=1, kernel="native"), HostIntBackend(weight_format=fmt, threads=3, kernel="native")
-    packed = b1.pack(rng.standard_normal((700, 2100 * int_kernels.CODES_PER_BYTE[fmt])).astype(np.float32))
+    bs = {t: HostIntBackend(weight_format=fmt, threads=t, kernel=kernel) for t in (1, 2, 3)}
+    packed = bs[1].pack(rng.standard_normal((700, 2100 * int_kernels.CODES_PER_BYTE[fmt])).astype(np.float32))
     x = rng.standard_normal((16, packed.shape[1])).astype(np.float32)
-    full = b1.matmul(x, packed)
-    assert np.array_equal(full, b3.matmul(x, packed))
-    for rows in (1, 7, 9):  # row blocks of 8: one partial block, and a second pass
-        assert np.array_equal(b1.matmul(x[:rows], packed), full[:rows])
+    full = bs[1].matmul(x, packed)
+    assert np.array_equal(full, bs[2].matmul(x, packed)) and np.array_equal(full, bs[3].matmul(x, packed))
+    for rows in (1, 7, 9):  # row blocks of 8 (avx2) / 16 (vnni): a partial block, and a second pass
+        assert np.array_equal(bs[1].matmul(x[:rows], packed), full[:rows])
+        assert np.array_equal(bs[2].matmul(x[:rows], packed), full[:rows])
 
 
-def test_native_refuses_non_finite_like_numpy():
-    if not native.available():
-        pytest.skip("native kernel unavailable")
-    b = HostIntBackend(kernel="native")
+@pytest.mark.parametrize("kernel", NATIVE)
+def test_native_refuses_non_finite_like_numpy(kernel):
+    b = HostIntBackend(kernel=kernel)
     x = np.ones((3, 40), np.float32)
     x[1, 37], x[2, 3] = np.nan, -np.inf
     with pytest.raises(ValueError, match=r"rows \[1, 2\] hold NaN or inf"):
         b.matmul(x, b.pack(np.ones((5, 40), np.float32)))
+
+
+@pytest.mark.parametrize("kernel", NATIVE)
+def test_native_takes_any_layout_and_row_count(kernel):
+    """Non-contiguous x, more than 16 rows, zero rows and K = 0: the same bits as the numpy twin."""
+    rng = np.random.default_rng(8)
+    b, ref = HostIntBackend(kernel=kernel), HostIntBackend(kernel="numpy")
+    w = rng.standard_normal((21, 50)).astype(np.float32)
+    p, pr = b.pack(w), ref.pack(w)
+    x = rng.standard_normal((40, 100)).astype(np.float32)[:, ::2]
+    assert np.array_equal(b.matmul(x, p), ref.matmul(x, pr))
+    assert b.matmul(x[:0], p).shape == (0, 21)
+    z = HostIntBackend(kernel=kernel)
+    empty = z.pack(np.ones((3, 0), np.float32))
+    assert np.array_equal(z.matmul(np.ones((2, 0), np.float32), empty), np.zeros((2, 3), np.float32))
+    assert np.array_equal(gemm_int_tiled(np.zeros((2, 0), np.int8), empty), np.zeros((2, 3), np.int32))
 
 
 def test_ternary_code_3_is_refused_at_pack():
@@ -168,12 +209,6 @@ def test_ternary_code_3_is_refused_at_pack():
     bad = QuantWeight("ternary", (1, 4), np.full((1, 1), 0b11, np.uint8), np.ones(1, np.float32))
     with pytest.raises(ValueError, match="code 3"):
         HostIntBackend().pack(bad)
-
-
-def test_default_kernel_is_native_when_available():
-    b = HostIntBackend()
-    assert b.kernel == ("native" if native.available() else "numba" if int_kernels.HAVE_NUMBA else "numpy")
-    assert (b.describe()["native_unavailable"] == "") == native.available()
 
 
 def test_threads_do_not_change_bits():
@@ -194,9 +229,15 @@ def test_registered_and_described():
     assert "ternary" in d["numerics"] and "half-even" in d["numerics"]
 
 
-def test_pack_accepts_a_prequantized_weight():
-    qw = quantize_weight(np.ones((4, 6), np.float32), "int4")
-    assert HostIntBackend().pack(qw) is qw
+@pytest.mark.parametrize("kernel", ["numpy"] + NATIVE)
+def test_pack_accepts_a_prequantized_weight(kernel):
+    qw = quantize_weight(np.random.default_rng(9).standard_normal((4, 6)).astype(np.float32), "int4")
+    b = HostIntBackend(kernel=kernel)
+    packed = b.pack(qw)
+    if kernel == "numpy":
+        assert packed is qw
+    else:  # re-tiled for the path; packing it again keeps it
+        assert np.array_equal(packed.codes(), qw.codes()) and b.pack(packed) is packed
 
 
 def test_errors_name_value_and_fix():
@@ -207,6 +248,12 @@ def test_errors_name_value_and_fix():
         b.matmul(np.array([[np.inf, 1.0]], np.float32), b.pack(np.ones((2, 2), np.float32)))
     with pytest.raises(ValueError, match="split the layer along K"):
         int_kernels.check_k(int_kernels.MAX_K + 1)
+    with pytest.raises(ValueError, match="'avx9' is unknown"):
+        HostIntBackend(kernel="avx9")
     if int_kernels.HAVE_NUMBA:
         with pytest.raises(ValueError, match="NUMBA_NUM_THREADS"):
             matmul_int(np.zeros((1, 2), np.int8), "int8", np.zeros((1, 2), np.uint8), threads=10**4)
+    if native.available("avx2"):
+        b = HostIntBackend(kernel="avx2")
+        with pytest.raises(ValueError, match="pack it with this backend's pack"):
+            b.matmul(np.ones((1, 2), np.float32), quantize_weight(np.ones((2, 2), np.float32)))

@@ -5,10 +5,13 @@ host, bit for bit, with a fast exact integer kernel (``int_kernels.py``).
 format) or accepts a :class:`~onebit_engine.quant.QuantWeight`; ``matmul`` quantizes each activation
 row, runs one exact int32 product and applies the float32 epilogue ``(acc * sa) * sw``.
 
-Kernels (``kernel=``): ``native`` does all three steps in one C call (``host_int_kernel.c``);
-``numba`` and ``numpy`` run the numpy quantizer and epilogue of ``quant/activations.py`` around
-their integer product. All are bitwise equal (tested). ``None`` picks the first available of
-native, numba, numpy; ``describe()`` says which, and why native was not available.
+Kernels (``kernel=``), fastest first: ``avx512vnni`` and ``avx2`` (native paths: all three steps in one
+C call; ``pack`` re-tiles the weight for the path, ``host_int_layout.py``), then ``numba`` and
+``numpy`` (the numpy quantizer and epilogue of ``quant/activations.py`` around their integer product,
+on the file format). ``None`` picks the first one the CPU running this code supports (cpuid and
+xgetbv, read by the native library); ``"native"`` the first native one. ``avx512vnni-emulated`` (the
+VNNI source on scalar intrinsics, for tests) is never picked. All are bitwise equal (tested);
+``describe()`` says which runs and why each faster one could not.
 """
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BackendUnavailable
 from ..quant.activations import dequantize_acc, quantize_rows
 from ..quant.formats import FORMATS, QuantWeight, quantize_weight
 from . import int_kernels, native
+from .host_int_layout import TiledWeight
 from .registry import register
 
 WEIGHT_CODES = {"int8": "int8 [-127,127] max/127", "int4": "int4 [-7,7] max/7", "ternary": "ternary {-1,0,1} absmean"}
@@ -28,17 +33,32 @@ NUMERICS = (
     "weights {codes} per-output-channel scale; activations per-row amax/127, rint half-even, "
     "clip +-127; exact int32 accumulate; y = (acc * sa) * sw in float32"
 )
+_F32 = np.dtype(np.float32)
+DISPATCH = ("avx512vnni", "avx2")  # native paths, fastest first; then numba, numpy
+KERNELS = DISPATCH + ("numba", "numpy", "avx512vnni-emulated")
+_SOURCES = ("int_kernels.py", "host_int.py", "native.py", "host_int_layout.py", "host_int_kernel.c", "host_int_avx2.c",
+            "host_int_vnni.c", "host_int_tiles.h", "host_int_quant.h", "host_int_pool.h", "host_int_avx512_emul.h")
 
 
-def kernel_hash() -> str:
-    """sha256 (first 16 hex digits) of the sources that define the numerics."""
+def kernel_hash(kernel: str = "") -> str:
+    """sha256 (first 16 hex digits) of the sources that define the numerics and of the path's name,
+    so results of different paths never compare as the same kernel."""
     here = Path(__file__).parent
-    h = hashlib.sha256()
-    for p in (here / "int_kernels.py", here / "host_int.py", here / "host_int_kernel.c", here / "native.py",
-              here.parent / "quant" / "formats.py",
-              here.parent / "quant" / "activations.py"):
+    h = hashlib.sha256(kernel.encode())
+    for p in [here / f for f in _SOURCES] + [here.parent / "quant" / "formats.py", here.parent / "quant" / "activations.py"]:
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _pick(candidates: tuple[str, ...]) -> tuple["str | None", dict[str, str]]:
+    """The first native path that can run here, and why each one before it cannot."""
+    skipped = {}
+    for path in candidates:
+        reason = native.path_unavailable(path)
+        if not reason:
+            return path, skipped
+        skipped[path] = reason
+    return None, skipped
 
 
 class HostIntBackend:
@@ -49,27 +69,36 @@ class HostIntBackend:
     def __init__(self, *, weight_format: str = "int8", threads: int = 1, kernel: str | None = None):
         if weight_format not in FORMATS:
             raise ValueError(f"weight_format {weight_format!r} is unknown; choose one of {FORMATS}")
-        self.native_unavailable = ""
-        if kernel is None:
-            try:
-                native.load()
-                kernel = "native"
-            except native.NativeUnavailable as e:
-                self.native_unavailable = str(e)
-                kernel = "numba" if int_kernels.HAVE_NUMBA else "numpy"
-        if kernel not in int_kernels.KERNEL_SETS:
-            raise ValueError(f"kernel {kernel!r} is unknown; choose one of {sorted(int_kernels.KERNEL_SETS)}")
-        if kernel == "numba" and not int_kernels.HAVE_NUMBA:
-            raise ValueError("kernel 'numba' needs numba: pip install 'onebit-specverify[fast]', or use kernel='numpy'")
-        if kernel == "native":
-            self._native = native.load()  # raises NativeUnavailable with the reason
         if not 1 <= threads <= int_kernels.MAX_THREADS:
             raise ValueError(f"threads = {threads} must be in 1..{int_kernels.MAX_THREADS}")
+        self.unavailable: dict[str, str] = {}  # faster paths that could not run, and why
+        if kernel is None or kernel == "native":
+            kernel_, self.unavailable = _pick(DISPATCH)
+            if kernel_ is None and kernel == "native":
+                raise BackendUnavailable(f"kernel 'native': no native path runs here ({'; '.join(self.unavailable.values())}); "
+                                         f"use kernel=None to fall back to numba or numpy")
+            kernel = kernel_ or ("numba" if int_kernels.HAVE_NUMBA else "numpy")
+        elif kernel not in KERNELS:
+            raise ValueError(f"kernel {kernel!r} is unknown; choose one of {KERNELS}, 'native' or None (the fastest here)")
+        elif kernel in int_kernels.NATIVE_KERNELS:
+            reason = native.path_unavailable(kernel)
+            if reason:
+                raise native.NativeUnavailable(f"kernel {kernel!r} cannot run here: {reason}; use kernel=None to take the "
+                                               f"fastest path this CPU supports (or kernel='avx2')")
+        if kernel == "numba" and not int_kernels.HAVE_NUMBA:
+            raise ValueError("kernel 'numba' needs numba: pip install 'onebit-specverify[fast]', or use kernel='numpy'")
+        self._native = native.library_for(kernel) if kernel in int_kernels.NATIVE_KERNELS else None
         self.weight_format = weight_format
         self.threads = threads
         self.kernel = kernel
 
-    def pack(self, weight: Any, *, name: str = "") -> QuantWeight:
+    def pack(self, weight: Any, *, name: str = "") -> "QuantWeight | TiledWeight":
+        """The resident form: a TiledWeight for a native path (it replaces the file format's codes),
+        else the QuantWeight."""
+        if isinstance(weight, TiledWeight):
+            if self._native is not None and weight.path == self.kernel:
+                return weight
+            weight = weight.to_quant()
         if isinstance(weight, QuantWeight):
             qw = weight
         else:
@@ -77,33 +106,55 @@ class HostIntBackend:
         int_kernels.check_k(qw.shape[1])
         if qw.fmt == "ternary" and np.any(qw.data & (qw.data >> 1) & 0x55):
             raise ValueError("ternary data holds the unused 2-bit code 3; the weight is corrupt - re-quantize it")
-        return qw
+        return TiledWeight.from_quant(qw, self.kernel) if self._native is not None else qw
 
-    def matmul(self, x: np.ndarray, packed: QuantWeight) -> np.ndarray:
-        if x.ndim != 2 or x.shape[1] != packed.shape[1]:
-            raise ValueError(f"x must be [M, {packed.shape[1]}], got {x.shape}")
-        if (self.kernel == "native" and x.dtype == np.float32 and x.flags.c_contiguous and x.shape[1] > 0
-                and 1 <= x.shape[0] <= int_kernels.MAX_ROWS):
-            y = self._native.matmul(x, packed, self.threads)
-            if isinstance(y, np.ndarray):
-                return y
-            quantize_rows(x)  # a non-finite row: raise the numpy quantizer's error, naming every bad row
-            raise AssertionError("native kernel reported a non-finite row that numpy accepted")  # pragma: no cover
-        xq, sa = quantize_rows(x)
-        acc = int_kernels.matmul_int(xq, packed.fmt, packed.data, threads=self.threads, kernel=self.kernel)
-        return dequantize_acc(acc, sa, packed.scale)
+    def matmul(self, x: np.ndarray, packed: "QuantWeight | TiledWeight") -> np.ndarray:
+        shape = x.shape
+        if len(shape) != 2 or shape[1] != packed.shape[1]:
+            raise ValueError(f"x must be [M, {packed.shape[1]}], got {shape}")
+        if self._native is None:
+            xq, sa = quantize_rows(x)
+            acc = int_kernels.matmul_int(xq, packed.fmt, packed.data, threads=self.threads, kernel=self.kernel)
+            return dequantize_acc(acc, sa, packed.scale)
+        if getattr(packed, "path", None) != self.kernel:
+            raise ValueError(f"packed weight is a {type(packed).__name__} (path {getattr(packed, 'path', None)!r}), this "
+                             f"backend runs {self.kernel!r}; pack it with this backend's pack()")
+        # the common call first, with the cheapest checks (identity of the dtype singleton): a small layer's
+        # whole GEMM takes a few us, so every 100 ns here shows
+        if x.dtype is not _F32 or not x.flags.c_contiguous:
+            quantize_rows(x)  # raises on a wrong dtype, with the fix
+            x = np.ascontiguousarray(x)
+        if not 0 < shape[0] <= int_kernels.MAX_ROWS or shape[1] == 0:
+            return self._odd_shape(x, packed)
+        y = self._native.matmul(x, packed, self.threads)
+        if y.__class__ is np.ndarray:
+            return y
+        quantize_rows(x)  # a non-finite row: raise the numpy quantizer's error, naming every bad row
+        raise AssertionError("native kernel reported a non-finite row that numpy accepted")  # pragma: no cover
+
+    def _odd_shape(self, x: np.ndarray, packed: TiledWeight) -> np.ndarray:
+        """No rows, K = 0 (acc = 0, sa = 1: zeros), or more than MAX_ROWS rows (run MAX_ROWS at a time:
+        rows are independent)."""
+        if x.shape[0] == 0 or x.shape[1] == 0:
+            quantize_rows(x)
+            return np.zeros((x.shape[0], packed.shape[0]), np.float32)
+        return np.concatenate([self.matmul(x[r:r + int_kernels.MAX_ROWS], packed)
+                               for r in range(0, x.shape[0], int_kernels.MAX_ROWS)])
 
     def describe(self) -> dict[str, Any]:
-        return {
+        d = {
             "backend": self.name,
             "numerics": NUMERICS.format(codes=WEIGHT_CODES[self.weight_format]),
             "weight_format": self.weight_format,
             "kernel": self.kernel,
             "kernel_set": int_kernels.KERNEL_SETS[self.kernel],
             "threads": self.threads,
-            "native_unavailable": self.native_unavailable,
-            "hash": kernel_hash(),
+            "unavailable": dict(self.unavailable),
+            "hash": kernel_hash(self.kernel),
         }
+        if self._native is not None:
+            d["cpu"] = self._native.cpu_regs()
+        return d
 
 
 register("host-int", lambda **options: HostIntBackend(**options))

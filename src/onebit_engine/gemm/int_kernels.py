@@ -2,8 +2,9 @@
 ``[N, K]`` (int8 / int4 / ternary, see ``quant/formats.py``) -> int32 ``[M, N]``.
 
 ``matmul_int_reference`` is the slow, obviously-correct numpy twin; ``matmul_int`` is the fast path:
-``native`` (the AVX2 C kernel of ``host_int_kernel.c``, built with ziglang, see ``native.py``),
-``numba``, or a numpy float64-BLAS fallback. Both are exact integer products, so
+a native path (``avx512vnni``, ``avx2``, or the test-only ``avx512vnni-emulated``: the C kernels of
+``host_int_kernel.c``, built with ziglang, see ``native.py``), ``numba``, or a numpy float64-BLAS
+fallback. Both are exact integer products, so
 they agree bit for bit whatever the order of summation, the thread count or the other rows; the
 tests pin that. No environment is read here: callers pass ``threads`` explicitly.
 
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..quant.formats import CODES_PER_BYTE, unpack_codes
+from ..quant.formats import CODES_PER_BYTE, QuantWeight, unpack_codes
 from . import native
+from .host_int_layout import TiledWeight
 
 try:  # the `fast` extra
     import numba
@@ -28,10 +30,13 @@ except ImportError:  # pragma: no cover - exercised by forcing kernel="numpy"
 
 HAVE_NUMBA = numba is not None
 KERNEL_SETS = {
-    "native": "c-avx2-maddubs-r8-v4",
+    "avx512vnni": "c-avx512vnni-dpbusd-t16-v1",
+    "avx2": "c-avx2-maddubs-t8-v5",
+    "avx512vnni-emulated": "c-avx512vnni-emulated-t16-v1",  # tests only: the VNNI source on scalar intrinsics
     "numba": "numba-i16madd-nb16-v1",
     "numpy": "numpy-f64blas-v1",
 }
+NATIVE_KERNELS = ("avx512vnni", "avx2", "avx512vnni-emulated")
 MAX_K = (2**31 - 1) // (127 * 127)
 MAX_ROWS = 16  # rows per call of the native kernel (Linear's row sets are 1..16)
 MAX_THREADS = 64
@@ -53,20 +58,32 @@ def check_k(k: int) -> None:
         )
 
 
-def matmul_int(xq: np.ndarray, fmt: str, data: np.ndarray, *, threads: int = 1, kernel: str = "numba") -> np.ndarray:
+def gemm_int_tiled(xq: np.ndarray, tw: TiledWeight, *, threads: int = 1, kb: int = 0) -> np.ndarray:
+    """The native integer product of a tiled weight; ``kb`` (steps per K block, 0 = the kernel's
+    choice) only changes the order of exact integer sums, so the tests vary it."""
+    lib = native.library_for(tw.path)
+    xq = np.ascontiguousarray(xq, dtype=np.int8)
+    # rows are independent, so more than MAX_ROWS rows are simply run MAX_ROWS at a time
+    return np.concatenate([lib.gemm_int(xq[r:r + MAX_ROWS], tw, threads, kb)
+                           for r in range(0, max(xq.shape[0], 1), MAX_ROWS)])
+
+
+def matmul_int(xq: np.ndarray, fmt: str, data: np.ndarray, *, threads: int = 1, kernel: str = "numba",
+               kb: int = 0) -> np.ndarray:
     """Fast exact product of ``xq`` int8 ``[M, K]`` with packed ``data`` of format ``fmt`` -> int32 ``[M, N]``."""
     k = xq.shape[1]
     check_k(k)
     if fmt not in CODES_PER_BYTE:
         raise ValueError(f"weight format {fmt!r} is unknown; choose one of {tuple(CODES_PER_BYTE)}")
-    if kernel == "native":
+    if kernel in NATIVE_KERNELS:
         if not 1 <= threads <= MAX_THREADS:
             raise ValueError(f"threads = {threads} must be in 1..{MAX_THREADS}")
-        lib = native.load()
-        xq = np.ascontiguousarray(xq, dtype=np.int8)
-        # rows are independent, so more than MAX_ROWS rows are simply run MAX_ROWS at a time
-        return np.concatenate([lib.gemm_int(fmt, xq[r:r + MAX_ROWS], data, threads)
-                               for r in range(0, max(xq.shape[0], 1), MAX_ROWS)])
+        reason = native.path_unavailable(kernel)
+        if reason:
+            raise native.NativeUnavailable(reason)
+        # the file format is tiled per call here (the backend tiles once, at pack)
+        tw = TiledWeight.from_quant(QuantWeight(fmt, (data.shape[0], k), data, np.ones(data.shape[0], np.float32)), kernel)
+        return gemm_int_tiled(xq, tw, threads=threads, kb=kb)
     if kernel == "numpy" or not HAVE_NUMBA:
         return _matmul_numpy(xq, fmt, data)
     if kernel != "numba":

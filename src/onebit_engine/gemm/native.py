@@ -1,13 +1,19 @@
-"""Build and load the native host-int kernel (``host_int_kernel.c``) with ctypes.
+"""Build and load the native host-int kernels (``host_int_kernel.c`` and its paths) with ctypes.
 
 The compiler is Zig's bundled clang from the ``ziglang`` PyPI package (``python -m ziglang cc``), so
 the build needs nothing outside the package registry and every machine compiles with the same
-pinned compiler. The library is built on first use into ``_native/`` beside this file (or the temp
-directory when that is read-only), named by the sha256 of the source, the flags and the compiler
-version, so a changed kernel never loads a stale library. Nothing here reads the environment.
+pinned compiler. Two libraries, each built on first use into ``_native/`` beside this file (or the temp
+directory when that is read-only), named by the sha256 of the sources, the flags and the compiler
+version, so a changed kernel never loads a stale library:
 
-``load()`` returns a :class:`NativeKernel` or raises :class:`NativeUnavailable` with the reason
-(no ziglang, no AVX2, compiler error); callers fall back to numba or numpy.
+* ``main``: AVX2 baseline flags; the VNNI functions carry their own target attribute, so the build
+  never needs an AVX-512 machine. Which path may run is decided at run time by cpuid and xgetbv inside
+  the library (``cpu_flags``), never by build flags;
+* ``emulated`` (tests only): the same sources with the VNNI intrinsics taken from the scalar
+  ``host_int_avx512_emul.h``, so the VNNI kernel is checked bitwise where the CPU lacks AVX-512.
+
+Nothing here reads the environment. ``load()`` raises :class:`NativeUnavailable` with the reason (no
+ziglang, compiler error); callers fall back to numba or numpy.
 """
 from __future__ import annotations
 
@@ -21,19 +27,37 @@ from pathlib import Path
 
 import numpy as np
 
-from ..quant.formats import QuantWeight
+from ..errors import BackendUnavailable
+from .host_int_layout import PATH_IDS, TiledWeight
 
-SOURCE = Path(__file__).with_name("host_int_kernel.c")
-HEADERS = (Path(__file__).with_name("host_int_pool.h"),)  # included by SOURCE
+HERE = Path(__file__).parent
+SOURCES = tuple(HERE / f for f in ("host_int_kernel.c", "host_int_avx2.c", "host_int_vnni.c"))
+HEADERS = tuple(HERE / f for f in ("host_int_tiles.h", "host_int_quant.h", "host_int_pool.h", "host_int_avx512_emul.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
-ABI_VERSION = 1
-FORMAT_IDS = {"int8": 0, "int4": 1, "ternary": 2}
-_LOADED: "NativeKernel | None" = None
-_ERROR: "str | None" = None
+VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
+ABI_VERSION = 2
+_F32 = np.dtype(np.float32)
+_LOADED: "dict[str, NativeKernel]" = {}
+_ERROR: "dict[str, str]" = {}
+
+# cpu_flags() bits of host_int_kernel.c, with where each comes from
+CPU_FLAGS = {
+    "osxsave": (0, "cpuid 1 ECX bit 27"), "avx": (1, "cpuid 1 ECX bit 28"),
+    "xcr0_ymm": (2, "XCR0 bits 1-2: SSE/AVX state enabled by the OS"),
+    "xcr0_zmm": (3, "XCR0 bits 5-7: opmask/ZMM state enabled by the OS"),
+    "avx2": (4, "cpuid 7.0 EBX bit 5"), "avx512f": (5, "cpuid 7.0 EBX bit 16"),
+    "avx512bw": (6, "cpuid 7.0 EBX bit 30"), "avx512vl": (7, "cpuid 7.0 EBX bit 31"),
+    "avx512_vnni": (8, "cpuid 7.0 ECX bit 11"),
+}
+PATH_NEEDS = {
+    "avx2": ("osxsave", "avx", "xcr0_ymm", "avx2"),
+    "avx512vnni": ("osxsave", "avx", "xcr0_ymm", "avx2", "xcr0_zmm", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
+    "avx512vnni-emulated": ("osxsave", "avx", "xcr0_ymm", "avx2"),
+}
 
 
-class NativeUnavailable(RuntimeError):
-    """The native kernel cannot be built or run here; the message says why."""
+class NativeUnavailable(BackendUnavailable):
+    """A native path cannot be built or run here; the message says why."""
 
 
 def _zig_version() -> str:
@@ -47,17 +71,17 @@ def _zig_version() -> str:
     return out.stdout.strip()
 
 
-def build_id() -> str:
-    """sha256 (16 hex digits) of the kernel source, its headers and flags (the compiler version is added at build)."""
-    h = hashlib.sha256(SOURCE.read_bytes())
-    for header in HEADERS:
-        h.update(header.read_bytes())
-    h.update(" ".join(FLAGS).encode())
+def build_id(variant: str = "main") -> str:
+    """sha256 (16 hex digits) of the sources, headers, flags and variant (the compiler version is added at build)."""
+    h = hashlib.sha256()
+    for p in SOURCES + HEADERS:
+        h.update(p.read_bytes())
+    h.update(" ".join(FLAGS + VARIANTS[variant]).encode())
     return h.hexdigest()[:16]
 
 
 def _cache_dir() -> Path:
-    here = SOURCE.parent / "_native"
+    here = HERE / "_native"
     try:
         here.mkdir(exist_ok=True)
         (here / ".gitignore").write_text("*\n")  # build products, never committed
@@ -71,16 +95,16 @@ def _cache_dir() -> Path:
         return alt
 
 
-def build(out_dir: "Path | None" = None) -> Path:
-    """Compile the kernel (if not already built) and return the shared library's path."""
+def build(variant: str = "main", out_dir: "Path | None" = None) -> Path:
+    """Compile one library variant (if not already built) and return its path."""
     zig = _zig_version()
-    tag = hashlib.sha256(f"{build_id()} zig {zig}".encode()).hexdigest()[:16]
+    tag = hashlib.sha256(f"{build_id(variant)} zig {zig}".encode()).hexdigest()[:16]
     out_dir = Path(out_dir) if out_dir is not None else _cache_dir()
-    lib = out_dir / f"onebit_host_int_{tag}.so"
+    lib = out_dir / f"onebit_host_int_{variant}_{tag}.so"
     if lib.exists():
         return lib
     tmp = out_dir / f".{lib.name}.{os.getpid()}.tmp"
-    cmd = [sys.executable, "-m", "ziglang", "cc", *FLAGS, "-o", str(tmp), str(SOURCE)]
+    cmd = [sys.executable, "-m", "ziglang", "cc", *FLAGS, *VARIANTS[variant], "-o", str(tmp), *map(str, SOURCES)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if res.returncode:
         tmp.unlink(missing_ok=True)
@@ -89,72 +113,107 @@ def build(out_dir: "Path | None" = None) -> Path:
     return lib
 
 
-class NativeKernel:
-    """ctypes bindings of the two entry points; ``compiler`` and ``build_id`` go into provenance."""
+def _array_data_offset() -> int:
+    """Where a numpy array object keeps its data pointer (PyArrayObject_fields.data, 16 on 64-bit
+    CPython), checked on a few arrays; -1 if the check fails (then pointers are passed instead).
+    Why: any per-call way to get an address from Python (``ctypes.c_char.from_buffer``, ``.ctypes.data``)
+    costs 1-3 us and builds objects; ``id(x)`` plus this offset costs nothing."""
+    base = np.zeros((4, 8), np.float32)
+    for a in (base, base[1:], np.empty((3, 5), np.float32), np.zeros(1, np.int8)):
+        if ctypes.c_void_p.from_address(id(a) + 16).value != a.ctypes.data:
+            return -1
+    return 16
 
-    def __init__(self, path: Path):
-        self.path = path
+
+class NativeKernel:
+    """ctypes bindings of one library; ``variant`` and ``path`` go into provenance."""
+
+    def __init__(self, path: Path, variant: str):
+        self.path, self.variant = path, variant
         self.lib = lib = ctypes.CDLL(str(path))
         lib.onebit_hi_abi_version.restype = ctypes.c_int
-        lib.onebit_hi_cpu_ok.restype = ctypes.c_int
         if lib.onebit_hi_abi_version() != ABI_VERSION:
             raise NativeUnavailable(f"{path} has ABI {lib.onebit_hi_abi_version()}, expected {ABI_VERSION}; delete it")
-        if not lib.onebit_hi_cpu_ok():
-            raise NativeUnavailable("the native kernel needs AVX2, which this CPU does not report")
+        lib.onebit_hi_cpu_flags.restype = ctypes.c_uint
+        lib.onebit_hi_vnni_emulated.restype = ctypes.c_int
         p, i64, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
         self._matmul = lib.onebit_hi_matmul
-        self._matmul.argtypes = [c_int, p, i64, i64, p, i64, i64, p, p, c_int]
+        self._matmul.argtypes = [p, p, i64, p, c_int, i64, i64]
         self._matmul.restype = c_int
         self._gemm_int = lib.onebit_hi_gemm_int
-        self._gemm_int.argtypes = [c_int, p, i64, i64, p, i64, i64, p, c_int]
+        self._gemm_int.argtypes = [p, p, i64, p, c_int, i64]
         self._gemm_int.restype = c_int
+        self.data_off = _array_data_offset()
 
-    def matmul(self, x: np.ndarray, qw: QuantWeight, threads: int) -> "np.ndarray | int":
-        """The fused contract for ``x`` float32 C-contiguous ``[m, k]``, 1 <= m <= 16; returns y, or
-        the index of the first non-finite row (an int). Per-call overhead is kept to ~3 us: the
-        weight's addresses are cached on it, x's is read through the buffer protocol."""
-        m, k = x.shape
-        n, nbytes = qw.data.shape
-        y = np.empty((m, n), np.float32)
-        wp, sp = qw.addresses
-        xp = ctypes.addressof(ctypes.c_char.from_buffer(x)) if x.flags.writeable else x.ctypes.data
-        rc = self._matmul(FORMAT_IDS[qw.fmt], xp, m, k, wp, n, nbytes, sp,
-                          ctypes.addressof(ctypes.c_char.from_buffer(y)), threads)
-        if rc <= -1 and rc > -1 - m:
+    def cpu_flags(self) -> dict[str, bool]:
+        bits = self.lib.onebit_hi_cpu_flags()
+        return {name: bool(bits >> bit & 1) for name, (bit, _) in CPU_FLAGS.items()}
+
+    def cpu_regs(self) -> dict[str, str]:
+        out = (ctypes.c_uint32 * 4)()
+        self.lib.onebit_hi_cpu_regs(out)
+        return {"cpuid_7_0_ebx": f"{out[0]:#010x}", "cpuid_7_0_ecx": f"{out[1]:#010x}",
+                "cpuid_7_1_eax": f"{out[2]:#010x}", "xcr0": f"{out[3]:#010x}"}
+
+    def matmul(self, x: np.ndarray, tw: TiledWeight, threads: int, kb: int = 0) -> "np.ndarray | int":
+        """The fused contract for ``x`` float32 C-contiguous ``[m, k]``, 1 <= m <= 16; returns y, or the
+        index of the first non-finite row (an int). No per-call ctypes objects: the weight's descriptor
+        is made once, x and y go by object address (``data_off``)."""
+        m = x.shape[0]
+        y = np.empty((m, tw.shape[0]), _F32)
+        if self.data_off >= 0:
+            rc = self._matmul(tw.c_struct[1], id(x), m, id(y), threads, kb, self.data_off)
+        else:
+            rc = self._matmul(tw.c_struct[1], x.ctypes.data, m, y.ctypes.data, threads, kb, -1)
+        if not rc:
+            return y
+        if -1 - m < rc <= -1:
             return -1 - rc
-        if rc:
-            raise RuntimeError(f"native host-int kernel failed with code {rc} (m={m}, k={k}, n={n}, fmt={qw.fmt})")
-        return y
+        raise RuntimeError(f"native host-int kernel failed with code {rc} (m={m}, shape={tw.shape}, fmt={tw.fmt}, "
+                           f"path={tw.path})")
 
-    def gemm_int(self, fmt: str, xq: np.ndarray, data: np.ndarray, threads: int) -> np.ndarray:
-        m, k = xq.shape
-        n = data.shape[0]
-        acc = np.empty((m, n), np.int32)
-        rc = self._gemm_int(FORMAT_IDS[fmt], xq.ctypes.data, m, k, data.ctypes.data, n, data.shape[1],
-                            acc.ctypes.data, threads)
+    def gemm_int(self, xq: np.ndarray, tw: TiledWeight, threads: int, kb: int = 0) -> np.ndarray:
+        """Exact int32 ``xq [m, k] @ codes.T`` for int8 C-contiguous codes, 1 <= m <= 16."""
+        m = xq.shape[0]
+        acc = np.empty((m, tw.shape[0]), np.int32)
+        rc = self._gemm_int(tw.c_struct[1], xq.ctypes.data, m, acc.ctypes.data, threads, kb)
         if rc:
-            raise RuntimeError(f"native host-int kernel failed with code {rc} (m={m}, k={k}, n={n}, fmt={fmt})")
+            raise RuntimeError(f"native host-int kernel failed with code {rc} (m={m}, shape={tw.shape}, fmt={tw.fmt})")
         return acc
 
 
-def load() -> NativeKernel:
-    """Build (once per source/compiler) and load the kernel; raises NativeUnavailable with the reason."""
-    global _LOADED, _ERROR
-    if _LOADED is not None:
-        return _LOADED
-    if _ERROR is not None:
-        raise NativeUnavailable(_ERROR)
+def load(variant: str = "main") -> NativeKernel:
+    """Build (once per source/compiler) and load a library; raises NativeUnavailable with the reason."""
+    if variant in _LOADED:
+        return _LOADED[variant]
+    if variant in _ERROR:
+        raise NativeUnavailable(_ERROR[variant])
     try:
-        _LOADED = NativeKernel(build())
+        _LOADED[variant] = NativeKernel(build(variant), variant)
     except (NativeUnavailable, OSError, subprocess.SubprocessError) as e:
-        _ERROR = str(e)
-        raise NativeUnavailable(_ERROR) from e
-    return _LOADED
+        _ERROR[variant] = str(e)
+        raise NativeUnavailable(_ERROR[variant]) from e
+    return _LOADED[variant]
 
 
-def available() -> bool:
+def library_for(path: str) -> NativeKernel:
+    return load("emulated" if path == "avx512vnni-emulated" else "main")
+
+
+def path_unavailable(path: str) -> str:
+    """"" if native ``path`` can run on this CPU, else why not (each missing cpuid/xgetbv flag, named)."""
     try:
-        load()
-    except NativeUnavailable:
-        return False
-    return True
+        lib = library_for(path)
+    except NativeUnavailable as e:
+        return f"{path}: {e}"
+    flags = lib.cpu_flags()
+    missing = [f"{name} ({CPU_FLAGS[name][1]})" for name in PATH_NEEDS[path] if not flags[name]]
+    if missing:
+        return f"{path}: cpu lacks {', '.join(missing)}"
+    if not lib.lib.onebit_hi_path_ok(PATH_IDS[path]):  # the library's own check is the one that counts
+        return f"{path}: the library's cpuid/xgetbv check refuses it (flags {flags})"
+    return ""
+
+
+def available(path: str = "avx2") -> bool:
+    return path_unavailable(path) == ""

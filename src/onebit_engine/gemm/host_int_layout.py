@@ -1,0 +1,136 @@
+"""The tiled weight layout of the native host-int paths (``host_int_tiles.h`` is its C side).
+
+A weight ``[N, K]`` is re-packed once, at ``pack``, into tiles of ``T`` output channels (8 for
+``avx2``, 16 for ``avx512vnni``): ``tiles [ceil(N/T), S, T, 4]`` uint8, where one step ``s`` is one
+vector load of ``T * 4`` bytes and byte ``4 * j + i`` of it holds channel ``j``'s biased codes:
+
+=========  ======================================  =======================
+format     byte ``(t, s, j, i)``                     steps ``S``
+=========  ======================================  =======================
+int8       ``code(4s + i) + 128``                    ``ceil(K / 4)``
+int4       low nibble ``code(8s + i) + 8``,          ``ceil(K / 8)``
+           high nibble ``code(8s + 4 + i) + 8``
+ternary    bits ``2f`` ``code(16s + 4f + i) + 1``    ``ceil(K / 16)``
+=========  ======================================  =======================
+
+(``code(k)`` of channel ``t * T + j``; padding holds code 0). It replaces the codes of the file format
+(``QuantWeight.data``), it does not sit beside them: the same bytes up to the padding of N to a multiple
+of ``T`` and of K to a whole step, plus, for ``avx2`` int8, one int32 per channel (``ccorr``: the sum
+of ``|w|`` over the negative codes, which the kernel's sign trick needs). ``to_quant()`` gives the file
+format back. ``tile_codes`` / ``untile_codes`` are the slow numpy twins of the C kernels' reading.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ..quant.formats import CODES_PER_BYTE, FORMATS, QuantWeight, pack_codes
+
+TILE_WIDTH = {"avx2": 8, "avx512vnni": 16, "avx512vnni-emulated": 16}
+PATH_IDS = {"avx2": 0, "avx512vnni": 1, "avx512vnni-emulated": 1}  # the emulation runs the VNNI layout
+FORMAT_IDS = {"int8": 0, "int4": 1, "ternary": 2}
+BIAS = {"int8": 128, "int4": 8, "ternary": 1}
+FIELD_BITS = {"int8": 8, "int4": 4, "ternary": 2}
+
+
+def steps(fmt: str, k: int) -> int:
+    """Steps per tile: one step is 4 bytes of each channel, 4 * codes-per-byte values of K."""
+    return -(-k // (4 * CODES_PER_BYTE[fmt]))
+
+
+def tile_codes(codes: np.ndarray, fmt: str, width: int) -> np.ndarray:
+    """int8 codes ``[N, K]`` -> tiles ``[ceil(N / width), S, width, 4]`` uint8 (module table)."""
+    n, k = codes.shape
+    cpb, s = CODES_PER_BYTE[fmt], steps(fmt, k)
+    nt = -(-n // width)
+    biased = np.zeros((nt * width, s * 4 * cpb), np.uint16)
+    biased[:] = BIAS[fmt]  # padding: code 0
+    biased[:n, :k] = codes.astype(np.int16) + BIAS[fmt]
+    fields = biased.reshape(nt, width, s, cpb, 4)  # [t, j, s, f, i]: k = (s * cpb + f) * 4 + i
+    packed = np.zeros((nt, width, s, 4), np.uint16)
+    for f in range(cpb):
+        packed |= fields[:, :, :, f, :] << (FIELD_BITS[fmt] * f)
+    return np.ascontiguousarray(packed.transpose(0, 2, 1, 3).astype(np.uint8))  # [t, s, j, i]
+
+
+def untile_codes(tiles: np.ndarray, fmt: str, n: int, k: int) -> np.ndarray:
+    """The inverse of ``tile_codes``: tiles -> int8 codes ``[n, k]``."""
+    nt, s, width, _ = tiles.shape
+    cpb, bits = CODES_PER_BYTE[fmt], FIELD_BITS[fmt]
+    b = tiles.transpose(0, 2, 1, 3).astype(np.int16)  # [t, j, s, i]
+    fields = np.stack([(b >> (bits * f)) & ((1 << bits) - 1) for f in range(cpb)], axis=3)  # [t, j, s, f, i]
+    return (fields.reshape(nt * width, s * cpb * 4) - BIAS[fmt])[:n, :k].astype(np.int8)
+
+
+def negative_sums(codes: np.ndarray, width: int) -> np.ndarray:
+    """``sum(|w| over w < 0)`` per channel, int32, zero padded to whole tiles."""
+    n = codes.shape[0]
+    out = np.zeros(-(-n // width) * width, np.int32)
+    out[:n] = -np.minimum(codes.astype(np.int32), 0).sum(axis=1)
+    return out
+
+
+class _WeightStruct(ctypes.Structure):
+    """``hi_weight_t`` of host_int_kernel.c."""
+
+    _fields_ = [("path", ctypes.c_int32), ("fmt", ctypes.c_int32), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("steps", ctypes.c_int64), ("tiles", ctypes.c_void_p), ("ccorr", ctypes.c_void_p),
+                ("sw", ctypes.c_void_p)]
+
+
+@dataclass(frozen=True, eq=False)
+class TiledWeight:
+    """A quantized ``[N, K]`` weight in the tile layout of native path ``path``; float32 ``scale [N]``."""
+
+    fmt: str
+    shape: tuple[int, int]
+    scale: np.ndarray
+    tiles: np.ndarray
+    path: str
+    ccorr: "np.ndarray | None" = None
+
+    def __post_init__(self) -> None:
+        if self.fmt not in FORMATS or self.path not in TILE_WIDTH:
+            raise ValueError(f"format {self.fmt!r} / path {self.path!r} unknown; choose from {FORMATS} / {tuple(TILE_WIDTH)}")
+        n, k = self.shape
+        t = TILE_WIDTH[self.path]
+        want = (-(-n // t), steps(self.fmt, k), t, 4)
+        if self.tiles.dtype != np.uint8 or self.tiles.shape != want or not self.tiles.flags.c_contiguous:
+            raise ValueError(f"tiles for {self.fmt} {self.shape} on {self.path} must be C-contiguous uint8 {want}, got "
+                             f"{self.tiles.dtype} {self.tiles.shape}; build them with TiledWeight.from_quant()")
+        if self.scale.dtype != np.float32 or self.scale.shape != (n,) or not self.scale.flags.c_contiguous:
+            raise ValueError(f"scale must be C-contiguous float32 [{n}], got {self.scale.dtype} {self.scale.shape}")
+        if self.ccorr is not None and (self.ccorr.dtype != np.int32 or self.ccorr.shape != (want[0] * t,)):
+            raise ValueError(f"ccorr must be int32 [{want[0] * t}], got {self.ccorr.dtype} {self.ccorr.shape}")
+
+    @classmethod
+    def from_quant(cls, qw: QuantWeight, path: str) -> "TiledWeight":
+        codes, t = qw.codes(), TILE_WIDTH[path]
+        ccorr = negative_sums(codes, t) if (path == "avx2" and qw.fmt == "int8") else None
+        return cls(qw.fmt, qw.shape, np.ascontiguousarray(qw.scale), tile_codes(codes, qw.fmt, t), path, ccorr)
+
+    @cached_property
+    def c_struct(self) -> tuple[_WeightStruct, int]:
+        """The C descriptor and its address, made once (this object owns every buffer it points to)."""
+        n, k = self.shape
+        s = _WeightStruct(PATH_IDS[self.path], FORMAT_IDS[self.fmt], n, k, self.tiles.shape[1], self.tiles.ctypes.data,
+                          None if self.ccorr is None else self.ccorr.ctypes.data, self.scale.ctypes.data)
+        return s, ctypes.addressof(s)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.tiles.nbytes + self.scale.nbytes + (0 if self.ccorr is None else self.ccorr.nbytes))
+
+    def codes(self) -> np.ndarray:
+        """The integer codes as int8 ``[N, K]`` (slow numpy decoder)."""
+        return untile_codes(self.tiles, self.fmt, *self.shape)
+
+    def dequantize(self) -> np.ndarray:
+        return self.codes().astype(np.float32) * self.scale[:, None]
+
+    def to_quant(self) -> QuantWeight:
+        """The same weight in the file format (``save_quantized``, ``concat_rows``, the numpy kernels)."""
+        return QuantWeight(self.fmt, self.shape, pack_codes(self.fmt, self.codes()), self.scale.copy())

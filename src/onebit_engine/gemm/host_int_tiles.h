@@ -1,0 +1,48 @@
+/* The tile layout and the tile-function contract shared by host_int_kernel.c (driver, AVX2 path) and
+ * host_int_vnni.c (AVX-512 VNNI path, also built against the scalar emulation for the tests).
+ *
+ * Layout (gemm/host_int_layout.py is the numpy twin): a weight [N, K] is stored as tiles of T output
+ * channels (T = 8 for AVX2, 16 for VNNI), each a run of S steps of T * 4 bytes; byte 4 * j + i of step s
+ * of tile t belongs to channel t * T + j and holds biased codes (code + BIAS, so every field is unsigned):
+ *   int8:    code(k = 4s + i) + 128
+ *   int4:    low nibble code(k = 8s + i) + 8, high nibble code(k = 8s + 4 + i) + 8
+ *   ternary: bits 2f..2f+1 code(k = 16s + 4f + i) + 1, f = 0..3
+ * Padding (k >= K, n >= N) holds code 0. One step is one vector load (32 or 64 bytes) for T channels.
+ *
+ * Activations of a block of R rows: groups of 4 codes, row-interleaved: group g (k = 4g..4g+3) of row r
+ * at xs + (g * R + r) * 4, zero padded to S * CPB groups, so one 4-byte broadcast feeds T channels.
+ */
+#ifndef HOST_INT_TILES_H
+#define HOST_INT_TILES_H
+#include <stdint.h>
+
+#define FMT_INT8 0
+#define FMT_INT4 1
+#define FMT_TERNARY 2
+#define PATH_AVX2 0
+#define PATH_VNNI 1
+#define PREFETCH_AHEAD 2048 /* bytes of weight stream prefetched ahead (see host_int_kernel.c) */
+
+/* Add the products of steps [0, ns) of one tile (w: its first step) with the R rows of xs (from the
+ * block's first group of this K range) into acc [R][T] int32 (modulo 2^32; read unless init). The
+ * weight stream is prefetched ahead; past this run of len = ns * T * 4 bytes it goes on at `next`,
+ * the run that the caller reads after this one. */
+typedef void (*tile_fn)(int fmt, int R, const uint8_t *w, int64_t ns, const uint8_t *next, const int8_t *xs,
+                        int32_t *acc, int init);
+
+/* host_int_avx2.c: the AVX2 tile function (T = 8, R = 1..8). */
+void onebit_hi_avx2_tile(int fmt, int R, const uint8_t *w, int64_t ns, const uint8_t *next, const int8_t *xs,
+                         int32_t *acc, int init);
+
+/* host_int_vnni.c: the VNNI tile function (T = 16, R = 1..16), and whether it is the emulation. */
+void onebit_hi_vnni_tile(int fmt, int R, const uint8_t *w, int64_t ns, const uint8_t *next, const int8_t *xs,
+                         int32_t *acc, int init);
+int onebit_hi_vnni_emulated(void);
+
+/* The prefetch address for byte offset `off` of a run of `len` bytes at w that continues at `next`. */
+static inline const char *prefetch_addr(const uint8_t *w, int64_t off, int64_t len, const uint8_t *next) {
+    int64_t a = off + PREFETCH_AHEAD;
+    /* formed as integers: the address may lie past the weights (a prefetch never faults) */
+    return (const char *)(a < len ? (uintptr_t)w + (uintptr_t)a : (uintptr_t)next + (uintptr_t)(a - len));
+}
+#endif
