@@ -109,6 +109,44 @@ def _round_stats(rounds, k: int) -> dict[str, float]:
     }
 
 
+def sweep(variants: dict[str, Callable[[Sequence[int]], Any]], prompts: Sequence[Sequence[int]], *, repeats: int = 3,
+          seed: int = 0, before: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Decode ``prompts`` with every variant, ``repeats`` times, in a freshly shuffled order every repeat
+    (a fixed order on a shared VM shows 10-20% "gains" that are only the order). ``before(name)`` runs
+    untimed before each variant (e.g. to set its thread count). Returns per variant the median over
+    repeats of tokens/s (tokens after the first over decode seconds, summed over prompts), the last
+    repeat's tokens and rounds, for the caller to check identity and acceptance."""
+    import random
+
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats} must be >= 1")
+    names = list(variants)
+    order = [(n, i) for n in names for i in range(len(prompts))]
+    rng = random.Random(seed)
+    for n in names:  # warm-up: compilation, caches and first-touch memory, outside the timing
+        if before:
+            before(n)
+        variants[n](prompts[0])
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    tokens: dict[str, dict[int, list[int]]] = {n: {} for n in names}
+    rounds: dict[str, list] = {n: [] for n in names}
+    for _ in range(repeats):
+        rng.shuffle(order)
+        tot = {n: [0, 0.0] for n in names}
+        for n, i in order:
+            if before:
+                before(n)
+            res = variants[n](prompts[i])
+            tot[n][0] += max(len(res.tokens) - 1, 0)
+            tot[n][1] += res.decode_s
+            tokens[n][i] = list(res.tokens)
+            rounds[n].extend(getattr(res, "rounds", []))
+        for n in names:
+            rates[n].append(tot[n][0] / tot[n][1] if tot[n][1] > 0 else float("nan"))
+    return {"tokens_per_s": {n: float(np.median(v)) for n, v in rates.items()}, "all_tokens_per_s": rates,
+            "tokens": tokens, "round_stats": {n: _round_stats(r, 0) for n, r in rounds.items() if r}}
+
+
 # -- comparing runs -----------------------------------------------------------------------------------
 def check_result(doc: Any, name: str) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "results" not in doc or "provenance" not in doc:
@@ -143,4 +181,4 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, allow_mismatch: bool = Fals
     return {"comparable": not diffs, "differences": diffs, "rows": out}
 
 
-__all__ = ["run_bench", "compare", "check_result", "provenance_differences", "ProvenanceMismatch", "SCHEMA"]
+__all__ = ["run_bench", "sweep", "compare", "check_result", "provenance_differences", "ProvenanceMismatch", "SCHEMA"]
