@@ -30,11 +30,17 @@ def _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o):
     r = HV // n_k_heads
     key_dim = n_k_heads * dk
     one = np.float32(1.0)
+    # Loops over channels innermost (they vectorize); per channel the same operations in the same order
+    # as the twin: current column first, then the taps oldest first.
     for c in range(C):
-        acc = w[c, K - 1] * mixed[c]
-        for j in range(km1):  # fixed tap order: oldest history column first
-            acc = acc + w[c, j] * conv[c, j]
-        x[c] = acc * (one / (one + expf(-acc)))  # silu
+        x[c] = w[c, K - 1] * mixed[c]
+    for j in range(km1):
+        for c in range(C):
+            x[c] = x[c] + w[c, j] * conv[c, j]
+    for c in range(C):
+        a = x[c]
+        x[c] = a * (one / (one + expf(-a)))  # silu
+    for c in range(C):
         for j in range(km1 - 1):
             conv[c, j] = conv[c, j + 1]
         if km1 > 0:
