@@ -116,13 +116,39 @@ def below_break_even(rounds: Sequence[RoundStats], step_ms: float, window: int =
     return len(last) == window and all(r.total_ms > r.emitted * step_ms for r in last)
 
 
-def greedy_accept(drafts: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
-    """(accepted count a, bonus token) for greedy verification. logits [n+1, V]."""
-    post = np.argmax(logits, axis=-1)
+def greedy_accept(drafts: Sequence[int], logits) -> tuple[int, int]:
+    """(accepted count a, bonus token) for greedy verification. logits [n+1, V] (an array, or
+    :class:`RowLogits`: rows past the first rejection are then never computed)."""
     a = 0
-    while a < len(drafts) and int(drafts[a]) == int(post[a]):
+    while True:
+        top = int(np.argmax(logits[a]))
+        if a == len(drafts) or int(drafts[a]) != top:
+            return a, top
         a += 1
-    return a, int(post[a])
+
+
+class RowLogits:
+    """A verify's logits computed on demand, in blocks of rows (2, then doubling): acceptance reads rows
+    in order and stops at the first rejection, so the lm_head of later rows is never run. ``head``
+    maps rows [lo, hi) to their logits (``Target.logits`` of the verify's last-layer hidden rows)."""
+
+    def __init__(self, rows: int, head: Callable[[int, int], np.ndarray]):
+        self.rows, self.head = rows, head
+        self.done: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.rows:
+            raise IndexError(f"row {i} of a verify of {self.rows} rows")
+        have = 0 if self.done is None else len(self.done)
+        while i >= have:
+            hi = min(self.rows, max(2, 2 * have))
+            block = self.head(have, hi)
+            self.done = block if self.done is None else np.concatenate([self.done, block])
+            have = hi
+        return self.done[i]
 
 
 def sampled_accept(drafts: Sequence[int], q: np.ndarray, logits: np.ndarray, temperature: float, rng: np.random.Generator) -> tuple[int, int]:
@@ -167,6 +193,9 @@ def speculative_generate(
     rng = np.random.default_rng(seed)
     sampling = temperature > 0
 
+    # A target that can compute a verify's logits later (``Target.logits``) skips the lm_head of the rows
+    # past the first rejection; any other target returns them all from verify.
+    lazy = {"logits": False} if callable(getattr(target, "logits", None)) else {}
     state, dstate = target.new_state(), draft.new_state()
     out: list[int] = []
     rounds: list[RoundStats] = []
@@ -208,12 +237,13 @@ def speculative_generate(
         prop = draft.propose(dstate, last, n, temperature=temperature, rng=rng if sampling else None)
         drafts = [int(t) for t in np.asarray(prop.tokens).reshape(-1)[:n]]
         tb = time.perf_counter()
-        ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"))
-        tc = time.perf_counter()
+        ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"), **lazy)
+        rows = RowLogits(len(drafts) + 1, lambda lo, hi: target.logits(ver.hidden[lo:hi, -1])) if lazy else ver.logits
         if sampling:
-            a, bonus = sampled_accept(drafts, prop.q, ver.logits, temperature, rng)
+            a, bonus = sampled_accept(drafts, prop.q, rows, temperature, rng)
         else:
-            a, bonus = greedy_accept(drafts, ver.logits)
+            a, bonus = greedy_accept(drafts, rows)
+        tc = time.perf_counter()
         target.commit(state, a + 1, path=commit_path, replay_check=replay_check)
         td = time.perf_counter()
         draft.append_context(dstate, ver.hidden[: a + 1])

@@ -303,11 +303,13 @@ class Target:
         self._check_free(state, "forward")
         return self._run(self._tokens(tokens), state, None)
 
-    def verify(self, tokens: Sequence[int], state: TargetState, *, checkpoints: bool = False) -> Output:
+    def verify(self, tokens: Sequence[int], state: TargetState, *, checkpoints: bool = False, logits: bool = True) -> Output:
         """The batched verify of ``[last, d1..dk]`` in one pass; records what ``commit`` needs.
 
         With ``checkpoints=True`` the GDN state after every row is also kept (needed by
         ``commit(path="checkpoint")``; memory: rows x (conv + recurrent state) per delta-net layer).
+        With ``logits=False`` the lm_head is left out (``Output.logits`` is empty, [T, 0]): a caller that
+        needs only the rows up to its first rejection computes them with :meth:`logits` - the same bits.
         """
         self._check_free(state, "verify")
         toks = self._tokens(tokens)
@@ -315,7 +317,7 @@ class Target:
         snapshot = {i: state.layers[i].copy() for i in gdn}
         rec = _Recorder(checkpoints)
         start = state.pos
-        out = self._run(toks, state, rec)
+        out = self._run(toks, state, rec, head=logits)
         state.pending = VerifyRecord(
             start_pos=start, rows=len(toks), snapshot=snapshot,
             mixed={i: rec.rows(rec.mixed, i) for i in gdn},
@@ -346,10 +348,24 @@ class Target:
                 f"call commit(state, accepted_rows) first"
             )
 
-    def _run(self, toks: np.ndarray, state: TargetState, rec: _Recorder | None) -> Output:
+    def logits(self, last_hidden: np.ndarray) -> np.ndarray:
+        """lm_head(final_norm(h)) for rows of the last layer's output (``Output.hidden[:, -1]``), in row
+        sets as ``forward`` runs them. Shapes: [T, D] -> [T, V]. A row's bits are the ones ``forward`` /
+        ``verify`` give it: the norm is per row, and the lm_head's rows are independent within a row set."""
+        h = np.ascontiguousarray(last_hidden, dtype=F32)
+        out = np.empty((h.shape[0], self.config.vocab_size), F32)
+        rs = self.row_set
+        for c0 in range(0, h.shape[0], rs):
+            chunk = h[c0 : c0 + rs]
+            if not self.row_invariant and chunk.shape[0] < rs:  # the same padded row set forward uses
+                chunk = np.concatenate([chunk, np.zeros((rs - chunk.shape[0], h.shape[1]), F32)])
+            out[c0 : c0 + rs] = self.lm_head(self.final_norm(chunk))[: min(rs, h.shape[0] - c0)]
+        return out
+
+    def _run(self, toks: np.ndarray, state: TargetState, rec: _Recorder | None, head: bool = True) -> Output:
         cfg, rs = self.config, self.row_set
         T, L, D = len(toks), cfg.num_hidden_layers, cfg.hidden_size
-        logits = np.empty((T, cfg.vocab_size), F32)
+        logits = np.empty((T, cfg.vocab_size if head else 0), F32)
         hidden = np.empty((T, L, D), F32)
         for c0 in range(0, T, rs):
             chunk = toks[c0 : c0 + rs]
@@ -360,7 +376,8 @@ class Target:
             for i, layer in enumerate(self.layers):
                 x = layer(x, n, state.layers[i], state.pos, i, rec)
                 hidden[c0 : c0 + n, i] = x[:n]
-            logits[c0 : c0 + n] = self.lm_head(self.final_norm(x))[:n]
+            if head:
+                logits[c0 : c0 + n] = self.lm_head(self.final_norm(x))[:n]
             state.pos += n
         return Output(logits, hidden)
 
