@@ -47,9 +47,9 @@ def test_propose_does_not_touch_state(target, tmp_path):
     draft = load_draft(write_synthetic_draft(tmp_path, target.config), target)
     st = draft.new_state()
     draft.append_context(st, make_taps(np.random.default_rng(0), 5))
-    k0 = [k.copy() for k in st.k]
+    k0 = [k.copy() for k in st.kt + st.v]
     first = draft.propose(st, 1, 5)
-    assert st.length == 5 and all(np.array_equal(a, b) for a, b in zip(k0, st.k))
+    assert st.length == 5 and all(np.array_equal(a, b) for a, b in zip(k0, st.kt + st.v))
     np.testing.assert_array_equal(first.hidden, draft.propose(st, 1, 5).hidden)
 
 

@@ -1,0 +1,327 @@
+"""Compiled (numba) twins of the draft's non-GEMM operations; ``draft.ops`` pairs each with its numpy twin.
+
+Every kernel computes a row with the same code whatever the number of rows, in a fixed summation order
+(no fastmath, so LLVM may vectorise across independent elements but never reorders a sum): a row's
+bits never depend on the other rows, the row count or the row set. Where a kernel only moves or
+compares values (``conv_side``, ``top_candidates``) it is bitwise equal to its twin; where it sums
+(norms, attention, selector scores) it differs from numpy's pairwise/BLAS sums by rounding only
+(``tests/draft/test_ops_twins.py`` pins both).
+
+Inner loops index views with the loop variable only: numba then knows the index is non-negative and
+LLVM vectorises them (an index like ``p - lo`` carries a wraparound check that blocks it).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import numba as nb
+except ImportError:  # numba is the optional `fast` extra
+    nb = None
+
+F32 = np.float32
+
+
+def _norm_rope_heads(y, col0, weight, cos, sin, eps, out):
+    """Per-head RMSNorm then rotate-half RoPE of columns ``col0..`` of y.
+
+    Shapes: y [T, >= col0 + n*hd]; weight [hd]; cos, sin [T, hd]; out [n, T, hd] (written, returned).
+    Same op order as ``Draft._heads``: ``w * (x * (1 / sqrt(mean(x^2) + eps)))``, then
+    ``x * cos + rotate_half(x) * sin``; the mean is a sequential float32 sum.
+    """
+    n, t_len, hd = out.shape
+    half = hd // 2
+    x = np.empty(hd, np.float32)
+    one = np.float32(1.0)
+    for t in range(t_len):
+        c = cos[t]
+        s = sin[t]
+        for h in range(n):
+            src = y[t, col0 + h * hd : col0 + (h + 1) * hd]
+            acc = np.float32(0.0)
+            for i in range(hd):
+                acc += src[i] * src[i]
+            inv = one / np.sqrt(acc / np.float32(hd) + np.float32(eps))
+            for i in range(hd):
+                x[i] = weight[i] * (src[i] * inv)
+            dst = out[h, t]
+            for i in range(half):
+                dst[i] = x[i] * c[i] + (-x[i + half]) * s[i]
+            for i in range(half, hd):
+                dst[i] = x[i] * c[i] + x[i - half] * s[i]
+    return out
+
+
+def _attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
+    """Block rows attend to [context; block] keys without concatenating them (dflash.md 2.4 mask).
+
+    Shapes: q [Hq, B, hd]; kt [Hk, hd, >= s] context keys transposed (``DraftState.kt``); vc [Hk, >= s, hd];
+    kb, vb [Hk, B, hd] block keys/values at positions s..s+B-1; out [B, Hq*hd] (written, returned).
+    ``window`` <= 0 means no window. Per (row, head): scores = sequential sums over hd, softmax with the
+    max subtracted and the probabilities normalised before the value sum (the twin's order of steps).
+    """
+    hq, b, hd = q.shape
+    hk = kb.shape[0]
+    g = hq // hk
+    n = s + b
+    kbt = np.empty((hk, hd, b), np.float32)  # block keys in the context's layout
+    for h in range(hk):
+        for j in range(b):
+            for d in range(hd):
+                kbt[h, d, j] = kb[h, j, d]
+    sc = np.empty(n, np.float32)
+    acc = np.empty(hd, np.float32)
+    for j in range(b):
+        qpos = s + j
+        lo = 0
+        hi = qpos + 1 if causal else n
+        if window > 0:
+            lo = max(lo, qpos - window + 1)
+            if not causal:
+                hi = min(hi, qpos + window)
+        c_lo, c_hi = min(lo, s), min(hi, s)  # context part [c_lo, c_hi)
+        b_lo, b_hi = max(lo, s) - s, max(hi, s) - s  # block part, block-relative
+        nc = c_hi - c_lo
+        for h in range(hq):
+            kh = h // g
+            qv = q[h, j]
+            sctx = sc[:nc]
+            sblk = sc[nc : nc + b_hi - b_lo]
+            for i in range(nc):
+                sctx[i] = 0.0
+            for i in range(b_hi - b_lo):
+                sblk[i] = 0.0
+            for d in range(hd):
+                qd = qv[d]
+                krow = kt[kh, d, c_lo:c_hi]
+                for i in range(nc):
+                    sctx[i] += qd * krow[i]
+                brow = kbt[kh, d, b_lo:b_hi]
+                for i in range(b_hi - b_lo):
+                    sblk[i] += qd * brow[i]
+            len_ = nc + b_hi - b_lo
+            row = sc[:len_]
+            m = -np.inf
+            for i in range(len_):
+                row[i] = row[i] * scale
+                if row[i] > m:
+                    m = row[i]
+            tot = np.float32(0.0)
+            for i in range(len_):
+                row[i] = _exp_neg32(row[i] - m)
+            for i in range(len_):
+                tot += row[i]
+            for d in range(hd):
+                acc[d] = 0.0
+            for i in range(nc):
+                w = row[i] / tot
+                vrow = vc[kh, c_lo + i]
+                for d in range(hd):
+                    acc[d] += w * vrow[d]
+            for i in range(b_hi - b_lo):
+                w = row[nc + i] / tot
+                vrow = vb[kh, b_lo + i]
+                for d in range(hd):
+                    acc[d] += w * vrow[d]
+            dst = out[j, h * hd : (h + 1) * hd]
+            for d in range(hd):
+                dst[d] = acc[d]
+    return out
+
+
+# Cephes ``expf`` / ``tanhf`` constants (float32, as in the C library).
+_LOG2E = F32(1.44269504088896341)
+_LN2_HI, _LN2_LO = F32(0.693359375), F32(-2.12194440e-4)
+_E0, _E1, _E2, _E3, _E4, _E5 = (F32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                                  4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
+_T0, _T1, _T2, _T3, _T4 = (F32(c) for c in (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
+                                             1.33314422036e-1, -3.33332819422e-1))
+_ZERO, _HALF, _ONE, _TWO = F32(0.0), F32(0.5), F32(1.0), F32(2.0)
+_TANH_SMALL, _TANH_CLAMP = F32(0.625), F32(10.0)
+
+
+def _pow2(n):
+    """2^n for 0 <= n < 32 as float32, exactly, by its bits (numba's ``<<`` carries a check that
+    blocks vectorisation)."""
+    m = _ONE * (F32(2.0) if n & 1 else _ONE)
+    m = m * (F32(4.0) if n & 2 else _ONE)
+    m = m * (F32(16.0) if n & 4 else _ONE)
+    m = m * (F32(256.0) if n & 8 else _ONE)
+    return m * (F32(65536.0) if n & 16 else _ONE)
+
+
+_EXP_FLOOR = F32(-87.0)  # exp(-87) ~ 1.6e-38 is still normal; below it the softmax term is taken as 0
+
+
+def _pow2_neg(k):
+    """2^-k for 0 <= k < 128 as float32, exactly (every partial product is a normal power of two)."""
+    m = _ONE * (F32(0.5) if k & 1 else _ONE)
+    m = m * (F32(0.25) if k & 2 else _ONE)
+    m = m * (F32(2.0**-4) if k & 4 else _ONE)
+    m = m * (F32(2.0**-8) if k & 8 else _ONE)
+    m = m * (F32(2.0**-16) if k & 16 else _ONE)
+    m = m * (F32(2.0**-32) if k & 32 else _ONE)
+    return m * (F32(2.0**-64) if k & 64 else _ONE)
+
+
+def _exp_neg32(x):
+    """float32 exp for x <= 0 (a softmax's ``score - max``) by Cephes ``expf``'s method, from plain
+    arithmetic so the softmax loop vectorises; 0 below -87 (a relative change < 1e-37 of a sum >= 1).
+    Its twin is numpy's exp (``ATTEND_ATOL`` in the tests)."""
+    xc = x if x > _EXP_FLOOR else _EXP_FLOOR
+    nf = np.floor(_LOG2E * xc + _HALF)  # in [-125, 0]
+    g = (xc - nf * _LN2_HI) - nf * _LN2_LO
+    p = ((((_E0 * g + _E1) * g + _E2) * g + _E3) * g + _E4) * g + _E5
+    e = (p * (g * g) + g + _ONE) * _pow2_neg(np.int32(-nf))
+    return _ZERO if x < _EXP_FLOOR else e  # NaN stays NaN
+
+
+def _tanh32(x):
+    """float32 tanh by Cephes ``tanhf``'s method: an odd polynomial below |x| = 0.625, else
+    ``1 - 2 / (exp(2|x|) + 1)`` with Cephes ``expf``'s polynomial; |x| is clamped at 10, past which
+    tanh rounds to 1. Plain arithmetic only (no libm call), so the loop calling it vectorises; numpy's
+    tanh is the twin (``SOFTCAP_ATOL`` in the tests)."""
+    a = np.abs(x)
+    if a > _TANH_CLAMP:
+        a = _TANH_CLAMP
+    e = a + a  # exp(e) = 2^n * exp(g), |g| <= ln2 / 2; e >= 0, so truncation is floor
+    n = np.int32(_LOG2E * e + _HALF)
+    nf = F32(n)
+    g = (e - nf * _LN2_HI) - nf * _LN2_LO
+    p = ((((_E0 * g + _E1) * g + _E2) * g + _E3) * g + _E4) * g + _E5
+    ex = (p * (g * g) + g + _ONE) * _pow2(n)
+    big = _ONE - _TWO / (ex + _ONE)
+    s = x * x
+    small = ((((_T0 * s + _T1) * s + _T2) * s + _T3) * s + _T4) * s * x + x
+    y = small if a < _TANH_SMALL else (big if x > _ZERO else -big)
+    return y if a > _ZERO else x  # keeps -0.0 and NaN as they are
+
+
+def _softcap(z, mult, cap):
+    """In place ``cap * tanh((z * mult) / cap)`` (the twin's steps: multiply, divide, tanh, multiply).
+
+    Shapes: z [n, V] float32 (overwritten, returned)."""
+    for t in range(z.shape[0]):
+        row = z[t]
+        for i in range(row.shape[0]):
+            row[i] = _tanh32((row[i] * mult) / cap) * cap
+    return z
+
+
+def _conv_side(y, dyn, base, group_size, out):
+    """One side of the grouped dynamic conv, bitwise equal to ``conv.grouped_dynamic_conv``.
+
+    Shapes: y [T, H]; dyn [T, K, G]; base [K, H]; out [T, H] (written, returned). The same float32
+    steps per element: ``acc = acc + base * y[t-o]`` then ``acc = acc + dyn * y[t-o]``, tap by tap.
+    """
+    t_len, h = y.shape
+    k = base.shape[0]
+    n_groups = h // group_size
+    for t in range(t_len):
+        dst = out[t]
+        for c in range(h):
+            dst[c] = 0.0
+        for o in range(min(k, t + 1)):
+            src = y[t - o]
+            bo = base[o]
+            for c in range(h):
+                dst[c] = dst[c] + bo[c] * src[c]
+            for grp in range(n_groups):  # groups outer: no division in the vectorised loop
+                w = dyn[t, o, grp]
+                gsrc = src[grp * group_size : (grp + 1) * group_size]
+                gdst = dst[grp * group_size : (grp + 1) * group_size]
+                for c in range(group_size):
+                    gdst[c] = gdst[c] + w * gsrc[c]
+    return out
+
+
+def _ranks_above(a, b):
+    """Does value a rank above b, a having the higher id? Larger first, NaN last (a stable sort of
+    ``-logits``): a NaN never does, anything else does over a NaN."""
+    return a > b or (np.isnan(b) and not np.isnan(a))
+
+
+def _top_candidates(logits, k, cand, unary):
+    """Top-k per row, best first, ties to the lower id: bitwise ``selector.top_candidates_slow``.
+
+    Shapes: logits [n, V]; cand int64 [n, k], unary [n, k] (written). One pass per row keeps a sorted
+    list of k. Ids arrive in increasing order, so a value equal to one in the list ranks below it.
+    """
+    n, v = logits.shape
+    for t in range(n):
+        row = logits[t]
+        top_c = cand[t]
+        top_u = unary[t]
+        size = 0
+        for i in range(v):
+            x = row[i]
+            if size == k:
+                if not _ranks_above(x, top_u[k - 1]):
+                    continue
+                pos = k - 1  # x replaces the k-th
+            else:
+                pos = size
+                size += 1
+            while pos > 0 and _ranks_above(x, top_u[pos - 1]):
+                top_u[pos] = top_u[pos - 1]
+                top_c[pos] = top_c[pos - 1]
+                pos -= 1
+            top_u[pos] = x
+            top_c[pos] = i
+
+
+def _pair_scores(prev_row, hp_row, succ, cand_row, out):
+    """``sum_r prev_row[r] * hp_row[r] * succ[cand, r]`` for each candidate, a sequential float32 sum.
+
+    Shapes: prev_row, hp_row [r]; succ [V, r]; cand_row int64 [k]; out [k] (written, returned).
+    """
+    r = hp_row.shape[0]
+    for j in range(cand_row.shape[0]):
+        srow = succ[cand_row[j]]
+        acc = np.float32(0.0)
+        for i in range(r):
+            acc += (prev_row[i] * hp_row[i]) * srow[i]
+        out[j] = acc
+    return out
+
+
+def _greedy_walk(unary, hp, pred, succ, cand, anchor, tokens):
+    """The greedy selector walk (argmax, first index on ties like ``np.argmax``).
+
+    Shapes: unary [n, k]; hp [n, r]; pred, succ [V, r]; cand int64 [n, k]; tokens int64 [n] (written).
+    """
+    n, k = cand.shape
+    pair = np.empty(k, np.float32)
+    prev = anchor
+    for t in range(n):
+        _pair_scores(pred[prev], hp[t], succ, cand[t], pair)
+        best = 0
+        best_score = unary[t, 0] + pair[0]
+        for j in range(1, k):
+            score = unary[t, j] + pair[j]
+            if score > best_score:
+                best, best_score = j, score
+        prev = cand[t, best]
+        tokens[t] = prev
+    return tokens
+
+
+if nb is not None:
+    _jit = nb.njit(nogil=True, cache=True, error_model="numpy")  # IEEE division: no zero checks blocking vectorisation
+    norm_rope_heads = _jit(_norm_rope_heads)
+    attend_block = _jit(_attend_block)
+    conv_side = _jit(_conv_side)
+    _pow2 = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_pow2)
+    _pow2_neg = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_pow2_neg)
+    _exp_neg32 = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_exp_neg32)
+    exp_neg32 = _exp_neg32
+    _tanh32 = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_tanh32)
+    tanh32 = _tanh32
+    softcap = _jit(_softcap)
+    _ranks_above = _jit(_ranks_above)
+    top_candidates_into = _jit(_top_candidates)
+    _pair_scores = _jit(_pair_scores)
+    pair_scores = _pair_scores
+    greedy_walk_into = _jit(_greedy_walk)
+else:
+    norm_rope_heads = attend_block = conv_side = exp_neg32 = tanh32 = softcap = top_candidates_into = pair_scores = greedy_walk_into = None

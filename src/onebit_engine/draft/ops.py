@@ -1,0 +1,147 @@
+"""The draft's non-GEMM operations in two interchangeable sets, chosen once at load time (``ops=``).
+
+``"numpy"`` is the readable reference: each function below is the obviously-correct twin.
+``"numba"`` runs the compiled twins of ``kernels.py`` (same math, same layouts). ``"auto"`` picks
+numba when it is installed. Both sets see the same GEMMs (``gemm.Linear``, fused where the input is
+shared) and return the same shapes; ``tests/draft/test_ops_twins.py`` pins them together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..ops.attention import attend_row
+from ..ops.norm import rms_norm
+from . import kernels
+from .conv import grouped_dynamic_conv
+from .selector import greedy_walk, pair_scores, top_candidates
+
+F32 = np.float32
+OPS_NAMES = ("auto", "numpy", "numba")
+
+
+@dataclass(frozen=True)
+class DraftOps:
+    """One op set; every member takes and returns float32 arrays (shapes in each twin's docstring)."""
+
+    name: str
+    heads: Callable[..., np.ndarray]
+    attend: Callable[..., np.ndarray]
+    conv_side: Callable[..., np.ndarray]
+    softcap: Callable[..., np.ndarray]
+    top_candidates: Callable[..., tuple[np.ndarray, np.ndarray]]
+    pair_scores: Callable[..., np.ndarray]
+    greedy_walk: Callable[..., np.ndarray]
+
+
+# -- the numpy twins ------------------------------------------------------------------------------
+def heads_numpy(y: np.ndarray, col0: int, n: int, weight: np.ndarray, cos: np.ndarray, sin: np.ndarray, eps: float) -> np.ndarray:
+    """Split columns ``col0 .. col0 + n*hd`` of y to heads, per-head RMSNorm, then rotate-half RoPE.
+
+    Shapes: y [T, C]; weight [hd]; cos, sin [T, hd] -> [n, T, hd]."""
+    hd = weight.shape[0]
+    x = rms_norm(y[:, col0 : col0 + n * hd].reshape(y.shape[0], n, hd), weight, eps)  # [T, n, hd]
+    half = hd // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    x = x * cos[:, None, :] + rot * sin[:, None, :]
+    return np.ascontiguousarray(x.transpose(1, 0, 2))
+
+
+def visible_range(qpos: int, end: int, causal: bool, window: int | None) -> tuple[int, int]:
+    """Keys [lo, hi) a query at absolute position ``qpos`` sees, with keys 0..end-1 present (dflash.md 2.4)."""
+    lo, hi = 0, (qpos + 1 if causal else end)
+    if window is not None:
+        lo = max(lo, qpos - window + 1)
+        if not causal:
+            hi = min(hi, qpos + window)
+    return lo, hi
+
+
+def attend_numpy(
+    q: np.ndarray, kt: np.ndarray, vc: np.ndarray, s: int, kb: np.ndarray, vb: np.ndarray,
+    causal: bool, window: int | None, scale: float,
+) -> np.ndarray:
+    """Block rows attend to [context; block] keys, each row on its own visible slice.
+
+    Shapes: q [Hq, B, hd]; kt [Hk, hd, >= s] (``DraftState.kt``), vc [Hk, >= s, hd]: context rows [0, s);
+    kb, vb [Hk, B, hd] at positions s..s+B-1 -> [B, Hq*hd]."""
+    hq, b, hd = q.shape
+    keys = np.concatenate([kt[:, :, :s].transpose(0, 2, 1), kb], axis=1)  # [Hk, s + B, hd], index = position
+    values = np.concatenate([vc[:, :s], vb], axis=1)
+    out = np.empty((b, hq * hd), F32)
+    for j in range(b):
+        lo, hi = visible_range(s + j, s + b, causal, window)
+        out[j] = attend_row(q[:, j], keys[:, lo:hi], values[:, lo:hi], scale).reshape(-1)
+    return out
+
+
+def softcap_numpy(z: np.ndarray, mult: float, cap: float | None) -> np.ndarray:
+    """In place ``z * mult``, then ``cap * tanh(z / cap)`` when cap is set. Shapes: z [n, V] (overwritten, returned)."""
+    if mult != 1.0:  # x * 1.0 == x: skipping it changes no bit
+        np.multiply(z, F32(mult), out=z)
+    if cap is not None:
+        np.divide(z, F32(cap), out=z)
+        np.tanh(z, out=z)
+        np.multiply(z, F32(cap), out=z)
+    return z
+
+
+NUMPY_OPS = DraftOps(
+    "numpy", heads_numpy, attend_numpy, grouped_dynamic_conv, softcap_numpy, top_candidates, pair_scores, greedy_walk
+)
+
+
+# -- the compiled set: thin wrappers that allocate the outputs --------------------------------------
+def heads_numba(y, col0, n, weight, cos, sin, eps):
+    out = np.empty((n, y.shape[0], weight.shape[0]), F32)
+    return kernels.norm_rope_heads(np.ascontiguousarray(y), col0, weight, cos, sin, F32(eps), out)
+
+
+def attend_numba(q, kt, vc, s, kb, vb, causal, window, scale):
+    out = np.empty((q.shape[1], q.shape[0] * q.shape[2]), F32)
+    return kernels.attend_block(q, kt, vc, s, kb, vb, causal, 0 if window is None else window, F32(scale), out)
+
+
+def conv_side_numba(y, dyn, base, group_size):
+    return kernels.conv_side(np.ascontiguousarray(y), np.ascontiguousarray(dyn), base, group_size, np.empty(y.shape, F32))
+
+
+def softcap_numba(z, mult, cap):
+    if cap is None:
+        return softcap_numpy(z, mult, cap)
+    return kernels.softcap(z, F32(mult), F32(cap))
+
+
+def top_candidates_numba(logits, k):
+    k = min(k, logits.shape[1])
+    cand, unary = np.empty((logits.shape[0], k), np.int64), np.empty((logits.shape[0], k), F32)
+    kernels.top_candidates_into(np.ascontiguousarray(logits), k, cand, unary)
+    return cand, unary
+
+
+def pair_scores_numba(prev_row, hp_row, succ, cand_row):
+    return kernels.pair_scores(prev_row, hp_row, succ, cand_row, np.empty(cand_row.shape[0], F32))
+
+
+def greedy_walk_numba(unary, hp, pred, succ, cand, anchor):
+    return kernels.greedy_walk_into(unary, np.ascontiguousarray(hp), pred, succ, cand, int(anchor), np.empty(cand.shape[0], np.int64))
+
+
+NUMBA_OPS = DraftOps(
+    "numba", heads_numba, attend_numba, conv_side_numba, softcap_numba, top_candidates_numba, pair_scores_numba,
+    greedy_walk_numba,
+)
+
+
+def resolve_ops(name: str) -> DraftOps:
+    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed) -> the op set."""
+    if name not in OPS_NAMES:
+        raise ConfigError(f"draft ops {name!r} is not one of {OPS_NAMES}; pass ops='auto' (numba when installed) or 'numpy'")
+    if name == "numba" and kernels.nb is None:
+        raise ConfigError("draft ops 'numba' needs the numba package (pip install 'onebit-specverify[fast]'); or use ops='numpy'")
+    if name == "numpy" or kernels.nb is None:
+        return NUMPY_OPS
+    return NUMBA_OPS
