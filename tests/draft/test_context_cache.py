@@ -23,8 +23,8 @@ CONFIGS = {
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_cached_context_equals_recompute(name, target, tmp_path):
-    draft = load_draft(write_synthetic_draft(tmp_path, target.config, seed=5, **CONFIGS[name]), target)
+def test_cached_context_equals_recompute(name, target, tmp_path, ops):
+    draft = load_draft(write_synthetic_draft(tmp_path, target.config, seed=5, **CONFIGS[name]), target, ops=ops)
     rng = np.random.default_rng(2)
     cached = draft.new_state()
     history = []
@@ -43,8 +43,8 @@ def test_cached_context_equals_recompute(name, target, tmp_path):
         np.testing.assert_array_equal(a.tokens, b.tokens)
 
 
-def test_propose_does_not_touch_state(target, tmp_path):
-    draft = load_draft(write_synthetic_draft(tmp_path, target.config), target)
+def test_propose_does_not_touch_state(target, tmp_path, ops):
+    draft = load_draft(write_synthetic_draft(tmp_path, target.config), target, ops=ops)
     st = draft.new_state()
     draft.append_context(st, make_taps(np.random.default_rng(0), 5))
     k0 = [k.copy() for k in st.kt + st.v]
@@ -53,10 +53,10 @@ def test_propose_does_not_touch_state(target, tmp_path):
     np.testing.assert_array_equal(first.hidden, draft.propose(st, 1, 5).hidden)
 
 
-def test_shrunk_block_rows_depend_only_on_what_they_see(target, tmp_path):
+def test_shrunk_block_rows_depend_only_on_what_they_see(target, tmp_path, ops):
     """Causal layers: a shorter block gives the same rows as the prefix of a longer one."""
     folder = write_synthetic_draft(tmp_path, target.config, sliding_window=50, layer_types=["sliding_attention"] * 2)
-    draft = load_draft(folder, target)
+    draft = load_draft(folder, target, ops=ops)
     st = draft.new_state()
     draft.append_context(st, make_taps(np.random.default_rng(0), 4))
     long, short = draft.propose(st, 7, 5), draft.propose(st, 7, 2)
