@@ -20,6 +20,8 @@ from draft_helpers import make_taps
 pytestmark = pytest.mark.skipif(kernels.nb is None, reason="numba is not installed (the fast extra)")
 
 F32 = np.float32
+NORM_ATOL = 2e-6  # RMSNorm rows (|x| ~ 1-3): a sequential vs pairwise float32 mean of H squares
+SILU_ATOL = 2e-5  # silu(g) * u for |g|, |u| ~ 3-10: the kernel's sigmoid (its own exp) vs numpy's, ~1 ulp each
 HEADS_ATOL = 2e-6  # normed, rotated heads (|x| ~ 1-3): a sequential vs pairwise float32 mean of hd squares
 ATTEND_ATOL = 2e-6  # attention outputs (|o| <= max |v| ~ 3): dot products and value sums in another order, exp 1 ulp
 SOFTCAP_ATOL = 4e-6  # cap * tanh(z / cap) at cap 30: both tanhs are within ~1.4 ulp of float64, 30 * 2^-23 ~ 3.6e-6
@@ -46,6 +48,17 @@ def test_heads_match_numpy(t, n, hd, seed):
     b = NUMBA_OPS.heads(y, col0, n, w, cos, sin, 1e-6)
     assert a.shape == b.shape == (n, t, hd) and b.dtype == F32
     np.testing.assert_allclose(b, a, rtol=0, atol=HEADS_ATOL)
+
+
+@pytest.mark.parametrize("t, h", [(1, 8), (8, 192), (5, 576)])
+def test_rms_norm_and_silu_mul_match_numpy(t, h):
+    rng = _rng(t + h)
+    x = (3 * rng.standard_normal((t, h))).astype(F32)
+    w = rng.uniform(0.5, 1.5, h).astype(F32)
+    np.testing.assert_allclose(NUMBA_OPS.rms_norm(x, w, 1e-6), NUMPY_OPS.rms_norm(x, w, 1e-6), rtol=0, atol=NORM_ATOL)
+    gu = (4 * rng.standard_normal((t, 2 * h))).astype(F32)
+    gu[0, :4] = [-80.0, 80.0, 0.0, -0.0]  # far tails: sigmoid 0 / 1 exactly, no overflow
+    np.testing.assert_allclose(NUMBA_OPS.silu_mul(gu, h), NUMPY_OPS.silu_mul(gu, h), rtol=0, atol=SILU_ATOL)
 
 
 def _attend_inputs(rng, s, b, hq=4, hk=2, hd=16, cap_extra=5):
@@ -100,6 +113,18 @@ def test_softcap_matches_numpy():
         else:
             np.testing.assert_allclose(b, a, rtol=0, atol=SOFTCAP_ATOL * cap / 30.0)
             assert np.all(np.abs(b) <= cap)
+
+
+def test_softcap_bits_do_not_depend_on_the_neighbours():
+    """A chunk with one large value takes the full tanh; its small values come out with the same bits."""
+    rng = _rng(3)
+    small = (10 * rng.standard_normal(256)).astype(F32).clip(-18, 18)
+    row = np.concatenate([small, small, small])[None].copy()
+    row[0, 300] = 900.0  # the second chunk of 256 needs the exp branch
+    out = NUMBA_OPS.softcap(row, 1.0, 30.0)[0]
+    keep = np.arange(256) != 300 - 256
+    np.testing.assert_array_equal(out[256:512][keep], out[:256][keep])
+    np.testing.assert_array_equal(out[512:], out[:256])
 
 
 def _ulps(got, x64):

@@ -191,21 +191,73 @@ def _tanh32(x):
     p = ((((_E0 * g + _E1) * g + _E2) * g + _E3) * g + _E4) * g + _E5
     ex = (p * (g * g) + g + _ONE) * _pow2(n)
     big = _ONE - _TWO / (ex + _ONE)
-    s = x * x
-    small = ((((_T0 * s + _T1) * s + _T2) * s + _T3) * s + _T4) * s * x + x
+    small = _tanh32_small(x)
     y = small if a < _TANH_SMALL else (big if x > _ZERO else -big)
     return y if a > _ZERO else x  # keeps -0.0 and NaN as they are
+
+
+_SOFTCAP_CHUNK = 256
+
+
+def _tanh32_small(x):
+    """``_tanh32`` for |x| < 0.625: its polynomial branch alone, the same steps (and -0.0, NaN kept)."""
+    s = x * x
+    y = ((((_T0 * s + _T1) * s + _T2) * s + _T3) * s + _T4) * s * x + x
+    return y if np.abs(x) > _ZERO else x
 
 
 def _softcap(z, mult, cap):
     """In place ``cap * tanh((z * mult) / cap)`` (the twin's steps: multiply, divide, tanh, multiply).
 
-    Shapes: z [n, V] float32 (overwritten, returned)."""
+    Shapes: z [n, V] float32 (overwritten, returned). Chunks whose |z / cap| all stay below 0.625
+    (most of a vocabulary) run the polynomial branch only; a value gets the same bits either way."""
     for t in range(z.shape[0]):
         row = z[t]
-        for i in range(row.shape[0]):
-            row[i] = _tanh32((row[i] * mult) / cap) * cap
+        for c0 in range(0, row.shape[0], _SOFTCAP_CHUNK):
+            ch = row[c0 : c0 + _SOFTCAP_CHUNK]
+            n_big = 0
+            for i in range(ch.shape[0]):
+                y = (ch[i] * mult) / cap
+                ch[i] = y
+                n_big += np.abs(y) >= _TANH_SMALL
+            if n_big == 0:
+                for i in range(ch.shape[0]):
+                    ch[i] = _tanh32_small(ch[i]) * cap
+            else:
+                for i in range(ch.shape[0]):
+                    ch[i] = _tanh32(ch[i]) * cap
     return z
+
+
+def _rms_norm(x, weight, eps, out):
+    """``weight * (x * (1 / sqrt(mean(x^2) + eps)))`` per row (``ops.norm.rms_norm``'s steps; the mean
+    is a sequential float32 sum). Shapes: x [T, H]; weight [H]; out [T, H] (written, returned)."""
+    h = x.shape[1]
+    for t in range(x.shape[0]):
+        src = x[t]
+        dst = out[t]
+        acc = _ZERO
+        for i in range(h):
+            acc += src[i] * src[i]
+        inv = _ONE / np.sqrt(acc / F32(h) + eps)
+        for i in range(h):
+            dst[i] = weight[i] * (src[i] * inv)
+    return out
+
+
+def _silu_mul(gu, inter, out):
+    """``silu(gate) * up`` for the fused gate/up output. Shapes: gu [T, 2I]; out [T, I] (written, returned).
+    sigmoid from ``exp(-|g|)`` (the kernel exp), so it never overflows."""
+    for t in range(gu.shape[0]):
+        g = gu[t, :inter]
+        u = gu[t, inter:]
+        dst = out[t]
+        for i in range(inter):
+            x = g[i]
+            e = _exp_neg32(-np.abs(x))
+            sig = _ONE / (_ONE + e) if x >= _ZERO else e / (_ONE + e)
+            dst[i] = (x * sig) * u[i]
+    return out
 
 
 def _conv_side(y, dyn, base, group_size, out):
@@ -241,33 +293,46 @@ def _ranks_above(a, b):
     return a > b or (np.isnan(b) and not np.isnan(a))
 
 
+_TOPK_CHUNK = 32
+
+
 def _top_candidates(logits, k, cand, unary):
     """Top-k per row, best first, ties to the lower id: bitwise ``selector.top_candidates_slow``.
 
     Shapes: logits [n, V]; cand int64 [n, k], unary [n, k] (written). One pass per row keeps a sorted
-    list of k. Ids arrive in increasing order, so a value equal to one in the list ranks below it.
+    list of k; ids arrive in increasing order, so a value equal to one in the list ranks below it.
+    A chunk of 64 ids is first counted against the k-th value (a vectorised loop) and skipped when
+    none is larger: only the few chunks holding a new candidate are walked one id at a time.
     """
     n, v = logits.shape
     for t in range(n):
         row = logits[t]
         top_c = cand[t]
         top_u = unary[t]
-        size = 0
-        for i in range(v):
-            x = row[i]
-            if size == k:
-                if not _ranks_above(x, top_u[k - 1]):
+        for i in range(k):  # the first k ids, insertion-sorted
+            _insert(row[i], i, i, top_u, top_c)
+        for c0 in range(k, v, _TOPK_CHUNK):
+            ch = row[c0 : c0 + _TOPK_CHUNK]
+            kth = top_u[k - 1]
+            if not np.isnan(kth):  # a NaN never ranks above a number: count the numbers above kth
+                above = 0
+                for i in range(ch.shape[0]):
+                    above += ch[i] > kth
+                if above == 0:
                     continue
-                pos = k - 1  # x replaces the k-th
-            else:
-                pos = size
-                size += 1
-            while pos > 0 and _ranks_above(x, top_u[pos - 1]):
-                top_u[pos] = top_u[pos - 1]
-                top_c[pos] = top_c[pos - 1]
-                pos -= 1
-            top_u[pos] = x
-            top_c[pos] = i
+            for i in range(ch.shape[0]):
+                if _ranks_above(ch[i], top_u[k - 1]):
+                    _insert(ch[i], c0 + i, k - 1, top_u, top_c)
+
+
+def _insert(x, i, pos, top_u, top_c):
+    """Put (x, id i) at ``pos`` of the sorted list and move it up past everything it ranks above."""
+    while pos > 0 and _ranks_above(x, top_u[pos - 1]):
+        top_u[pos] = top_u[pos - 1]
+        top_c[pos] = top_c[pos - 1]
+        pos -= 1
+    top_u[pos] = x
+    top_c[pos] = i
 
 
 def _pair_scores(prev_row, hp_row, succ, cand_row, out):
@@ -308,20 +373,19 @@ def _greedy_walk(unary, hp, pred, succ, cand, anchor, tokens):
 
 if nb is not None:
     _jit = nb.njit(nogil=True, cache=True, error_model="numpy")  # IEEE division: no zero checks blocking vectorisation
+    _inline = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")
+    _pow2, _pow2_neg, _exp_neg32 = _inline(_pow2), _inline(_pow2_neg), _inline(_exp_neg32)
+    _tanh32_small, _tanh32 = _inline(_tanh32_small), _inline(_tanh32)
+    _ranks_above, _insert, _pair_scores = _inline(_ranks_above), _jit(_insert), _jit(_pair_scores)
+    exp_neg32, tanh32, pair_scores = _exp_neg32, _tanh32, _pair_scores
     norm_rope_heads = _jit(_norm_rope_heads)
     attend_block = _jit(_attend_block)
     conv_side = _jit(_conv_side)
-    _pow2 = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_pow2)
-    _pow2_neg = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_pow2_neg)
-    _exp_neg32 = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_exp_neg32)
-    exp_neg32 = _exp_neg32
-    _tanh32 = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always")(_tanh32)
-    tanh32 = _tanh32
     softcap = _jit(_softcap)
-    _ranks_above = _jit(_ranks_above)
+    rms_norm = _jit(_rms_norm)
+    silu_mul = _jit(_silu_mul)
     top_candidates_into = _jit(_top_candidates)
-    _pair_scores = _jit(_pair_scores)
-    pair_scores = _pair_scores
     greedy_walk_into = _jit(_greedy_walk)
 else:
-    norm_rope_heads = attend_block = conv_side = exp_neg32 = tanh32 = softcap = top_candidates_into = pair_scores = greedy_walk_into = None
+    exp_neg32 = tanh32 = pair_scores = norm_rope_heads = attend_block = conv_side = softcap = rms_norm = None
+    silu_mul = top_candidates_into = greedy_walk_into = None

@@ -25,7 +25,6 @@ import numpy as np
 
 from ..errors import StateError
 from ..gemm import Linear
-from ..ops.norm import rms_norm, silu
 from ..ops.rope import inv_freq
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
@@ -117,7 +116,7 @@ class Draft:
                 f"rows: every target layer's output), got shape {taps.shape}"
             )
         feats = taps[:, self.tap_index, :].reshape(taps.shape[0], -1).astype(F32)  # [T, n_feat * H]
-        return rms_norm(self.fc(feats), self.hidden_norm, self.config.rms_norm_eps)
+        return self.ops.rms_norm(self.fc(feats), self.hidden_norm, self.config.rms_norm_eps)
 
     def append_context(self, state: DraftState, taps: np.ndarray) -> None:
         """Cache every layer's context K/V for the next T committed positions; ``state.length += T``."""
@@ -142,10 +141,11 @@ class Draft:
         s = state.length
         h = self.embed_tokens[tokens] * F32(c.input_embedding_scale)  # [B', H]
         cos, sin = self.rope.rows(s, s + b)
-        side = self.ops.conv_side
+        ops = self.ops
+        side = ops.conv_side
         inter = c.intermediate_size
         for i, layer in enumerate(self.layers):
-            x = rms_norm(h, layer.input_layernorm, c.rms_norm_eps)
+            x = ops.rms_norm(h, layer.input_layernorm, c.rms_norm_eps)
             dyn_a = None
             if layer.attention_conv is not None:
                 x, dyn_a = layer.attention_conv.prepare(x, side)
@@ -153,16 +153,16 @@ class Draft:
             if dyn_a is not None:
                 a = layer.attention_conv.finish(a, dyn_a, side)
             h = h + a
-            x = rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps)
+            x = ops.rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps)
             dyn_m = None
             if layer.mlp_conv is not None:
                 x, dyn_m = layer.mlp_conv.prepare(x, side)
             gu = layer.gate_up_proj(x)  # [B', 2 * I]: gate then up
-            m = layer.down_proj(silu(gu[:, :inter]) * gu[:, inter:])
+            m = layer.down_proj(ops.silu_mul(gu, inter))
             if dyn_m is not None:
                 m = layer.mlp_conv.finish(m, dyn_m, side)
             h = h + m
-        return rms_norm(h, self.norm, c.rms_norm_eps)
+        return ops.rms_norm(h, self.norm, c.rms_norm_eps)
 
     def compute_logits(self, hidden: np.ndarray) -> np.ndarray:
         """``lm_head(hidden) * output_multiplier``, then ``cap * tanh(z / cap)``. Shapes: [n, H] -> [n, V].

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..ops.attention import attend_row
-from ..ops.norm import rms_norm
+from ..ops.norm import rms_norm, silu
 from . import kernels
 from .conv import grouped_dynamic_conv
 from .selector import greedy_walk, pair_scores, top_candidates
@@ -28,9 +28,11 @@ class DraftOps:
     """One op set; every member takes and returns float32 arrays (shapes in each twin's docstring)."""
 
     name: str
+    rms_norm: Callable[..., np.ndarray]
     heads: Callable[..., np.ndarray]
     attend: Callable[..., np.ndarray]
     conv_side: Callable[..., np.ndarray]
+    silu_mul: Callable[..., np.ndarray]
     softcap: Callable[..., np.ndarray]
     top_candidates: Callable[..., tuple[np.ndarray, np.ndarray]]
     pair_scores: Callable[..., np.ndarray]
@@ -78,6 +80,11 @@ def attend_numpy(
     return out
 
 
+def silu_mul_numpy(gu: np.ndarray, inter: int) -> np.ndarray:
+    """SwiGLU's ``silu(gate) * up`` of the fused gate/up output. Shapes: gu [T, 2I] -> [T, I]."""
+    return silu(gu[:, :inter]) * gu[:, inter:]
+
+
 def softcap_numpy(z: np.ndarray, mult: float, cap: float | None) -> np.ndarray:
     """In place ``z * mult``, then ``cap * tanh(z / cap)`` when cap is set. Shapes: z [n, V] (overwritten, returned)."""
     if mult != 1.0:  # x * 1.0 == x: skipping it changes no bit
@@ -90,11 +97,20 @@ def softcap_numpy(z: np.ndarray, mult: float, cap: float | None) -> np.ndarray:
 
 
 NUMPY_OPS = DraftOps(
-    "numpy", heads_numpy, attend_numpy, grouped_dynamic_conv, softcap_numpy, top_candidates, pair_scores, greedy_walk
+    "numpy", rms_norm, heads_numpy, attend_numpy, grouped_dynamic_conv, silu_mul_numpy, softcap_numpy, top_candidates,
+    pair_scores, greedy_walk,
 )
 
 
 # -- the compiled set: thin wrappers that allocate the outputs --------------------------------------
+def rms_norm_numba(x, weight, eps):
+    return kernels.rms_norm(np.ascontiguousarray(x), weight, F32(eps), np.empty(x.shape, F32))
+
+
+def silu_mul_numba(gu, inter):
+    return kernels.silu_mul(gu, inter, np.empty((gu.shape[0], inter), F32))
+
+
 def heads_numba(y, col0, n, weight, cos, sin, eps):
     out = np.empty((n, y.shape[0], weight.shape[0]), F32)
     return kernels.norm_rope_heads(np.ascontiguousarray(y), col0, weight, cos, sin, F32(eps), out)
@@ -106,7 +122,7 @@ def attend_numba(q, kt, vc, s, kb, vb, causal, window, scale):
 
 
 def conv_side_numba(y, dyn, base, group_size):
-    return kernels.conv_side(np.ascontiguousarray(y), np.ascontiguousarray(dyn), base, group_size, np.empty(y.shape, F32))
+    return kernels.conv_side(y, dyn, base, group_size, np.empty(y.shape, F32))
 
 
 def softcap_numba(z, mult, cap):
@@ -131,8 +147,8 @@ def greedy_walk_numba(unary, hp, pred, succ, cand, anchor):
 
 
 NUMBA_OPS = DraftOps(
-    "numba", heads_numba, attend_numba, conv_side_numba, softcap_numba, top_candidates_numba, pair_scores_numba,
-    greedy_walk_numba,
+    "numba", rms_norm_numba, heads_numba, attend_numba, conv_side_numba, silu_mul_numba, softcap_numba,
+    top_candidates_numba, pair_scores_numba, greedy_walk_numba,
 )
 
 
