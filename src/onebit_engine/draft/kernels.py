@@ -57,76 +57,95 @@ def _attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
 
     Shapes: q [Hq, B, hd]; kt [Hk, hd, >= s] context keys transposed (``DraftState.kt``); vc [Hk, >= s, hd];
     kb, vb [Hk, B, hd] block keys/values at positions s..s+B-1; out [B, Hq*hd] (written, returned).
-    ``window`` <= 0 means no window. Per (row, head): scores = sequential sums over hd, softmax with the
-    max subtracted and the probabilities normalised before the value sum (the twin's order of steps).
+    ``window`` <= 0 means no window. Per (row, head): scores, softmax with the max subtracted, the
+    probabilities normalised, then the value sum (the twin's order of steps). Each row's sums run
+    over its own visible keys in a fixed order, so its bits depend on nothing else.
     """
     hq, b, hd = q.shape
     hk = kb.shape[0]
     g = hq // hk
-    n = s + b
     kbt = np.empty((hk, hd, b), np.float32)  # block keys in the context's layout
     for h in range(hk):
         for j in range(b):
             for d in range(hd):
                 kbt[h, d, j] = kb[h, j, d]
-    sc = np.empty(n, np.float32)
+    sc = np.empty(s + b, np.float32)
     acc = np.empty(hd, np.float32)
     for j in range(b):
         qpos = s + j
         lo = 0
-        hi = qpos + 1 if causal else n
+        hi = qpos + 1 if causal else s + b
         if window > 0:
             lo = max(lo, qpos - window + 1)
             if not causal:
                 hi = min(hi, qpos + window)
         c_lo, c_hi = min(lo, s), min(hi, s)  # context part [c_lo, c_hi)
         b_lo, b_hi = max(lo, s) - s, max(hi, s) - s  # block part, block-relative
-        nc = c_hi - c_lo
+        nc, nb_ = c_hi - c_lo, b_hi - b_lo
+        row = sc[: nc + nb_]
         for h in range(hq):
             kh = h // g
-            qv = q[h, j]
-            sctx = sc[:nc]
-            sblk = sc[nc : nc + b_hi - b_lo]
-            for i in range(nc):
-                sctx[i] = 0.0
-            for i in range(b_hi - b_lo):
-                sblk[i] = 0.0
-            for d in range(hd):
-                qd = qv[d]
-                krow = kt[kh, d, c_lo:c_hi]
-                for i in range(nc):
-                    sctx[i] += qd * krow[i]
-                brow = kbt[kh, d, b_lo:b_hi]
-                for i in range(b_hi - b_lo):
-                    sblk[i] += qd * brow[i]
-            len_ = nc + b_hi - b_lo
-            row = sc[:len_]
+            _scores(row[:nc], q[h, j], kt[kh], c_lo)
+            _scores(row[nc:], q[h, j], kbt[kh], b_lo)
             m = -np.inf
-            for i in range(len_):
+            for i in range(row.shape[0]):
                 row[i] = row[i] * scale
                 if row[i] > m:
                     m = row[i]
-            tot = np.float32(0.0)
-            for i in range(len_):
+            for i in range(row.shape[0]):
                 row[i] = _exp_neg32(row[i] - m)
-            for i in range(len_):
+            tot = _ZERO
+            for i in range(row.shape[0]):
                 tot += row[i]
+            for i in range(row.shape[0]):
+                row[i] = row[i] / tot
             for d in range(hd):
                 acc[d] = 0.0
-            for i in range(nc):
-                w = row[i] / tot
-                vrow = vc[kh, c_lo + i]
-                for d in range(hd):
-                    acc[d] += w * vrow[d]
-            for i in range(b_hi - b_lo):
-                w = row[nc + i] / tot
-                vrow = vb[kh, b_lo + i]
-                for d in range(hd):
-                    acc[d] += w * vrow[d]
+            _weighted_sum(acc, row[:nc], vc[kh], c_lo)
+            _weighted_sum(acc, row[nc:], vb[kh], b_lo)
             dst = out[j, h * hd : (h + 1) * hd]
             for d in range(hd):
                 dst[d] = acc[d]
     return out
+
+
+def _scores(dst, qv, keys_t, k0):
+    """``dst[i] = sum_d qv[d] * keys_t[d, k0 + i]``, d in groups of 4 (``((a + b) + (c + e))`` added to the
+    running sum), the loop over keys vectorised. Shapes: dst [n]; qv [hd]; keys_t [hd, >= k0 + n]."""
+    n, hd = dst.shape[0], qv.shape[0]
+    for i in range(n):
+        dst[i] = 0.0
+    d = 0
+    while d + 4 <= hd:
+        q0, q1, q2, q3 = qv[d], qv[d + 1], qv[d + 2], qv[d + 3]
+        r0, r1 = keys_t[d, k0 : k0 + n], keys_t[d + 1, k0 : k0 + n]
+        r2, r3 = keys_t[d + 2, k0 : k0 + n], keys_t[d + 3, k0 : k0 + n]
+        for i in range(n):
+            dst[i] += (q0 * r0[i] + q1 * r1[i]) + (q2 * r2[i] + q3 * r3[i])
+        d += 4
+    while d < hd:
+        qd, r = qv[d], keys_t[d, k0 : k0 + n]
+        for i in range(n):
+            dst[i] += qd * r[i]
+        d += 1
+
+
+def _weighted_sum(acc, w, vals, k0):
+    """``acc += sum_i w[i] * vals[k0 + i]``, keys in groups of 4 like :func:`_scores`, the loop over hd
+    vectorised. Shapes: acc [hd]; w [n]; vals [>= k0 + n, hd]."""
+    n, hd = w.shape[0], acc.shape[0]
+    i = 0
+    while i + 4 <= n:
+        w0, w1, w2, w3 = w[i], w[i + 1], w[i + 2], w[i + 3]
+        v0, v1, v2, v3 = vals[k0 + i], vals[k0 + i + 1], vals[k0 + i + 2], vals[k0 + i + 3]
+        for d in range(hd):
+            acc[d] += (w0 * v0[d] + w1 * v1[d]) + (w2 * v2[d] + w3 * v3[d])
+        i += 4
+    while i < n:
+        wi, v = w[i], vals[k0 + i]
+        for d in range(hd):
+            acc[d] += wi * v[d]
+        i += 1
 
 
 # Cephes ``expf`` / ``tanhf`` constants (float32, as in the C library).
@@ -377,6 +396,7 @@ if nb is not None:
     _pow2, _pow2_neg, _exp_neg32 = _inline(_pow2), _inline(_pow2_neg), _inline(_exp_neg32)
     _tanh32_small, _tanh32 = _inline(_tanh32_small), _inline(_tanh32)
     _ranks_above, _insert, _pair_scores = _inline(_ranks_above), _jit(_insert), _jit(_pair_scores)
+    _scores, _weighted_sum = _inline(_scores), _inline(_weighted_sum)
     exp_neg32, tanh32, pair_scores = _exp_neg32, _tanh32, _pair_scores
     norm_rope_heads = _jit(_norm_rope_heads)
     attend_block = _jit(_attend_block)
