@@ -82,6 +82,19 @@ def test_attend_matches_numpy(s, b, causal, window, seed):
     np.testing.assert_allclose(c, a, rtol=0, atol=ATTEND_ATOL)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 30), st.integers(1, 8), st.booleans(), st.sampled_from([None, 2, 50]), st.integers(0, 2**16))
+def test_attention_from_qkv_matches_numpy(s, b, causal, window, seed):
+    rng = _rng(seed)
+    hq, hk, hd = 4, 2, 16
+    _, kt, vc, _, _ = _attend_inputs(rng, s, b, hq, hk, hd)
+    qkv = (2 * rng.standard_normal((b, (hq + 2 * hk) * hd))).astype(F32)
+    qn, kn = (rng.uniform(0.5, 1.5, hd).astype(F32) for _ in range(2))
+    ang = rng.uniform(0, 50, (b, hd)).astype(F32)
+    args = (qkv, hq, hk, qn, kn, np.cos(ang), np.sin(ang), 1e-6, kt, vc, s, causal, window)
+    np.testing.assert_allclose(NUMBA_OPS.attention(*args), NUMPY_OPS.attention(*args), rtol=0, atol=ATTEND_ATOL)
+
+
 @pytest.mark.parametrize("window", [None, 3])
 def test_attend_rows_depend_only_on_what_they_see(window):
     """Causal: the first rows of a block come out bitwise the same when the block is shorter."""

@@ -109,6 +109,21 @@ def _attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
     return out
 
 
+def _attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, scale, out):
+    """:func:`_attend_block` straight from the fused q/k/v projection: heads split, q/k normed and rotated
+    (:func:`_norm_rope_heads`), then attention. Shapes: qkv [B, (Hq + 2 Hk) * hd]; the rest as there."""
+    b, hd = qkv.shape[0], q_norm.shape[0]
+    q = _norm_rope_heads(qkv, 0, q_norm, cos, sin, eps, np.empty((hq, b, hd), np.float32))
+    kb = _norm_rope_heads(qkv, hq * hd, k_norm, cos, sin, eps, np.empty((hk, b, hd), np.float32))
+    vb = np.empty((hk, b, hd), np.float32)
+    for h in range(hk):
+        for j in range(b):
+            src = qkv[j, (hq + hk + h) * hd : (hq + hk + h + 1) * hd]
+            for d in range(hd):
+                vb[h, j, d] = src[d]
+    return _attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out)
+
+
 def _scores(dst, qv, keys_t, k0):
     """``dst[i] = sum_d qv[d] * keys_t[d, k0 + i]``, d in groups of 4 (``((a + b) + (c + e))`` added to the
     running sum), the loop over keys vectorised. Shapes: dst [n]; qv [hd]; keys_t [hd, >= k0 + n]."""
@@ -398,8 +413,9 @@ if nb is not None:
     _ranks_above, _insert, _pair_scores = _inline(_ranks_above), _jit(_insert), _jit(_pair_scores)
     _scores, _weighted_sum = _inline(_scores), _inline(_weighted_sum)
     exp_neg32, tanh32, pair_scores = _exp_neg32, _tanh32, _pair_scores
-    norm_rope_heads = _jit(_norm_rope_heads)
-    attend_block = _jit(_attend_block)
+    norm_rope_heads = _norm_rope_heads = _jit(_norm_rope_heads)
+    attend_block = _attend_block = _jit(_attend_block)
+    attention_qkv = _jit(_attention_qkv)
     conv_side = _jit(_conv_side)
     softcap = _jit(_softcap)
     rms_norm = _jit(_rms_norm)
@@ -407,5 +423,5 @@ if nb is not None:
     top_candidates_into = _jit(_top_candidates)
     greedy_walk_into = _jit(_greedy_walk)
 else:
-    exp_neg32 = tanh32 = pair_scores = norm_rope_heads = attend_block = conv_side = softcap = rms_norm = None
+    exp_neg32 = tanh32 = pair_scores = norm_rope_heads = attend_block = attention_qkv = conv_side = softcap = rms_norm = None
     silu_mul = top_candidates_into = greedy_walk_into = None

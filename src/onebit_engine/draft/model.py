@@ -102,6 +102,7 @@ class Draft:
         self.inv_freq = inv_freq(config.head_dim, config.rope_theta)  # [hd / 2]
         self.rope = RopeTable(self.inv_freq)  # cos/sin per absolute position, kept across rounds
         self.tap_index = np.asarray(config.target_layer_ids, dtype=np.int64)
+        self._causal, self._windows = config.causal, config.windows  # per layer (dflash.md 2.4)
 
     def new_state(self) -> DraftState:
         c = self.config
@@ -215,10 +216,9 @@ class Draft:
     ) -> np.ndarray:
         """Block rows attend to [context; block] keys. Shapes: x [B', H] -> o_proj output [B', H]."""
         c = self.config
-        b, hq, hk, hd = x.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
         qkv = layer.qkv_proj(x)  # [B', (Hq + 2 Hk) * hd]: q, k, v
-        q = self.ops.heads(qkv, 0, hq, layer.q_norm, cos, sin, c.rms_norm_eps)  # [Hq, B', hd]
-        kb = self.ops.heads(qkv, hq * hd, hk, layer.k_norm, cos, sin, c.rms_norm_eps)  # [Hk, B', hd]
-        vb = np.ascontiguousarray(qkv[:, (hq + hk) * hd :].reshape(b, hk, hd).transpose(1, 0, 2))  # [Hk, B', hd]
-        out = self.ops.attend(q, state.kt[i], state.v[i], state.length, kb, vb, c.causal[i], c.windows[i], hd**-0.5)
-        return layer.o_proj(out)  # out [B', Hq * hd]
+        out = self.ops.attention(  # [B', Hq * hd]
+            qkv, c.num_attention_heads, c.num_key_value_heads, layer.q_norm, layer.k_norm, cos, sin, c.rms_norm_eps,
+            state.kt[i], state.v[i], state.length, self._causal[i], self._windows[i],
+        )
+        return layer.o_proj(out)

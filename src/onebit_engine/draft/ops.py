@@ -31,6 +31,7 @@ class DraftOps:
     rms_norm: Callable[..., np.ndarray]
     heads: Callable[..., np.ndarray]
     attend: Callable[..., np.ndarray]
+    attention: Callable[..., np.ndarray]
     conv_side: Callable[..., np.ndarray]
     silu_mul: Callable[..., np.ndarray]
     softcap: Callable[..., np.ndarray]
@@ -80,6 +81,19 @@ def attend_numpy(
     return out
 
 
+def attention_numpy(
+    qkv: np.ndarray, hq: int, hk: int, q_norm: np.ndarray, k_norm: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+    eps: float, kt: np.ndarray, vc: np.ndarray, s: int, causal: bool, window: int | None,
+) -> np.ndarray:
+    """The block's attention from its fused q/k/v projection: :func:`heads_numpy` for q and k, then
+    :func:`attend_numpy` (scale hd^-0.5). Shapes: qkv [B, (Hq + 2 Hk) * hd] -> [B, Hq * hd]."""
+    b, hd = qkv.shape[0], q_norm.shape[0]
+    q = heads_numpy(qkv, 0, hq, q_norm, cos, sin, eps)  # [Hq, B, hd]
+    kb = heads_numpy(qkv, hq * hd, hk, k_norm, cos, sin, eps)  # [Hk, B, hd]
+    vb = np.ascontiguousarray(qkv[:, (hq + hk) * hd :].reshape(b, hk, hd).transpose(1, 0, 2))  # [Hk, B, hd]
+    return attend_numpy(q, kt, vc, s, kb, vb, causal, window, hd**-0.5)
+
+
 def silu_mul_numpy(gu: np.ndarray, inter: int) -> np.ndarray:
     """SwiGLU's ``silu(gate) * up`` of the fused gate/up output. Shapes: gu [T, 2I] -> [T, I]."""
     return silu(gu[:, :inter]) * gu[:, inter:]
@@ -97,7 +111,7 @@ def softcap_numpy(z: np.ndarray, mult: float, cap: float | None) -> np.ndarray:
 
 
 NUMPY_OPS = DraftOps(
-    "numpy", rms_norm, heads_numpy, attend_numpy, grouped_dynamic_conv, silu_mul_numpy, softcap_numpy, top_candidates,
+    "numpy", rms_norm, heads_numpy, attend_numpy, attention_numpy, grouped_dynamic_conv, silu_mul_numpy, softcap_numpy, top_candidates,
     pair_scores, greedy_walk,
 )
 
@@ -119,6 +133,13 @@ def heads_numba(y, col0, n, weight, cos, sin, eps):
 def attend_numba(q, kt, vc, s, kb, vb, causal, window, scale):
     out = np.empty((q.shape[1], q.shape[0] * q.shape[2]), F32)
     return kernels.attend_block(q, kt, vc, s, kb, vb, causal, 0 if window is None else window, F32(scale), out)
+
+
+def attention_numba(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window):
+    hd = q_norm.shape[0]
+    out = np.empty((qkv.shape[0], hq * hd), F32)
+    return kernels.attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, F32(eps), kt, vc, s, causal,
+                                 0 if window is None else window, F32(hd**-0.5), out)
 
 
 def conv_side_numba(y, dyn, base, group_size):
@@ -147,7 +168,7 @@ def greedy_walk_numba(unary, hp, pred, succ, cand, anchor):
 
 
 NUMBA_OPS = DraftOps(
-    "numba", rms_norm_numba, heads_numba, attend_numba, conv_side_numba, silu_mul_numba, softcap_numba,
+    "numba", rms_norm_numba, heads_numba, attend_numba, attention_numba, conv_side_numba, silu_mul_numba, softcap_numba,
     top_candidates_numba, pair_scores_numba, greedy_walk_numba,
 )
 
