@@ -69,8 +69,8 @@ def _attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
         for j in range(b):
             for d in range(hd):
                 kbt[h, d, j] = kb[h, j, d]
-    sc = np.empty(s + b, np.float32)
-    acc = np.empty(hd, np.float32)
+    sc = np.empty((2, s + b), np.float32)
+    acc = np.empty((2, hd), np.float32)
     for j in range(b):
         qpos = s + j
         lo = 0
@@ -81,32 +81,44 @@ def _attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
                 hi = min(hi, qpos + window)
         c_lo, c_hi = min(lo, s), min(hi, s)  # context part [c_lo, c_hi)
         b_lo, b_hi = max(lo, s) - s, max(hi, s) - s  # block part, block-relative
-        nc, nb_ = c_hi - c_lo, b_hi - b_lo
-        row = sc[: nc + nb_]
-        for h in range(hq):
-            kh = h // g
-            _scores(row[:nc], q[h, j], kt[kh], c_lo)
-            _scores(row[nc:], q[h, j], kbt[kh], b_lo)
-            m = -np.inf
-            for i in range(row.shape[0]):
-                row[i] = row[i] * scale
-                if row[i] > m:
-                    m = row[i]
-            for i in range(row.shape[0]):
-                row[i] = _exp_neg32(row[i] - m)
-            tot = _ZERO
-            for i in range(row.shape[0]):
-                tot += row[i]
-            for i in range(row.shape[0]):
-                row[i] = row[i] / tot
-            for d in range(hd):
-                acc[d] = 0.0
-            _weighted_sum(acc, row[:nc], vc[kh], c_lo)
-            _weighted_sum(acc, row[nc:], vb[kh], b_lo)
-            dst = out[j, h * hd : (h + 1) * hd]
-            for d in range(hd):
-                dst[d] = acc[d]
+        nc, n = c_hi - c_lo, c_hi - c_lo + b_hi - b_lo
+        r0, r1 = sc[0, :n], sc[1, :n]
+        a0, a1 = acc[0], acc[1]
+        for kh in range(hk):
+            for h in range(kh * g, (kh + 1) * g, 2):  # query heads in pairs: one pass over their shared K/V
+                if h + 1 < (kh + 1) * g:
+                    _scores2(r0[:nc], r1[:nc], q[h, j], q[h + 1, j], kt[kh], c_lo)
+                    _scores2(r0[nc:], r1[nc:], q[h, j], q[h + 1, j], kbt[kh], b_lo)
+                    _softmax(r0, scale)
+                    _softmax(r1, scale)
+                    for d in range(hd):
+                        a0[d] = 0.0
+                        a1[d] = 0.0
+                    _weighted_sum2(a0, a1, r0[:nc], r1[:nc], vc[kh], c_lo)
+                    _weighted_sum2(a0, a1, r0[nc:], r1[nc:], vb[kh], b_lo)
+                    out[j, (h + 1) * hd : (h + 2) * hd] = a1
+                else:  # the same arithmetic per head, alone
+                    _scores(r0[:nc], q[h, j], kt[kh], c_lo)
+                    _scores(r0[nc:], q[h, j], kbt[kh], b_lo)
+                    _softmax(r0, scale)
+                    for d in range(hd):
+                        a0[d] = 0.0
+                    _weighted_sum(a0, r0[:nc], vc[kh], c_lo)
+                    _weighted_sum(a0, r0[nc:], vb[kh], b_lo)
+                out[j, h * hd : (h + 1) * hd] = a0
     return out
+
+
+def _softmax(row, scale):
+    """In place ``softmax(row * scale)``: max subtracted, exp, normalised by the fixed-order sum."""
+    for i in range(row.shape[0]):
+        row[i] = row[i] * scale
+    m = _max4(row)
+    for i in range(row.shape[0]):
+        row[i] = _exp_neg32(row[i] - m)
+    tot = _sum4(row)
+    for i in range(row.shape[0]):
+        row[i] = row[i] / tot
 
 
 def _attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, scale, out):
@@ -122,6 +134,43 @@ def _attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal
             for d in range(hd):
                 vb[h, j, d] = src[d]
     return _attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out)
+
+
+def _max4(x):
+    """max of x (NaN ignored) on four running maxima: the same value in any order, and no chain of
+    dependent compares."""
+    m0 = m1 = m2 = m3 = np.float32(-np.inf)
+    i = 0
+    while i + 4 <= x.shape[0]:
+        m0 = x[i] if x[i] > m0 else m0
+        m1 = x[i + 1] if x[i + 1] > m1 else m1
+        m2 = x[i + 2] if x[i + 2] > m2 else m2
+        m3 = x[i + 3] if x[i + 3] > m3 else m3
+        i += 4
+    while i < x.shape[0]:
+        m0 = x[i] if x[i] > m0 else m0
+        i += 1
+    m0 = m1 if m1 > m0 else m0
+    m2 = m3 if m3 > m2 else m2
+    return m2 if m2 > m0 else m0
+
+
+def _sum4(x):
+    """float32 sum of x as four running sums ``x[i::4]`` added ``(s0 + s1) + (s2 + s3)``, then the tail:
+    a fixed order (it depends only on len(x)) with a quarter of the sequential chain."""
+    s0 = s1 = s2 = s3 = _ZERO
+    i = 0
+    while i + 4 <= x.shape[0]:
+        s0 += x[i]
+        s1 += x[i + 1]
+        s2 += x[i + 2]
+        s3 += x[i + 3]
+        i += 4
+    tot = (s0 + s1) + (s2 + s3)
+    while i < x.shape[0]:
+        tot += x[i]
+        i += 1
+    return tot
 
 
 def _scores(dst, qv, keys_t, k0):
@@ -143,6 +192,52 @@ def _scores(dst, qv, keys_t, k0):
         for i in range(n):
             dst[i] += qd * r[i]
         d += 1
+
+
+def _scores2(dst, dst2, qv, qv2, keys_t, k0):
+    """:func:`_scores` for two query vectors at once (each with exactly its arithmetic), loading the keys once."""
+    n, hd = dst.shape[0], qv.shape[0]
+    for i in range(n):
+        dst[i] = 0.0
+        dst2[i] = 0.0
+    d = 0
+    while d + 4 <= hd:
+        q0, q1, q2, q3 = qv[d], qv[d + 1], qv[d + 2], qv[d + 3]
+        p0, p1, p2, p3 = qv2[d], qv2[d + 1], qv2[d + 2], qv2[d + 3]
+        r0, r1 = keys_t[d, k0 : k0 + n], keys_t[d + 1, k0 : k0 + n]
+        r2, r3 = keys_t[d + 2, k0 : k0 + n], keys_t[d + 3, k0 : k0 + n]
+        for i in range(n):
+            x0, x1, x2, x3 = r0[i], r1[i], r2[i], r3[i]
+            dst[i] += (q0 * x0 + q1 * x1) + (q2 * x2 + q3 * x3)
+            dst2[i] += (p0 * x0 + p1 * x1) + (p2 * x2 + p3 * x3)
+        d += 4
+    while d < hd:
+        qd, pd, r = qv[d], qv2[d], keys_t[d, k0 : k0 + n]
+        for i in range(n):
+            dst[i] += qd * r[i]
+            dst2[i] += pd * r[i]
+        d += 1
+
+
+def _weighted_sum2(acc, acc2, w, w2, vals, k0):
+    """:func:`_weighted_sum` for two weight rows at once (each with exactly its arithmetic), loading the
+    values once."""
+    n, hd = w.shape[0], acc.shape[0]
+    i = 0
+    while i + 4 <= n:
+        w0, w1, w2_, w3 = w[i], w[i + 1], w[i + 2], w[i + 3]
+        u0, u1, u2, u3 = w2[i], w2[i + 1], w2[i + 2], w2[i + 3]
+        v0, v1, v2, v3 = vals[k0 + i], vals[k0 + i + 1], vals[k0 + i + 2], vals[k0 + i + 3]
+        for d in range(hd):
+            acc[d] += (w0 * v0[d] + w1 * v1[d]) + (w2_ * v2[d] + w3 * v3[d])
+            acc2[d] += (u0 * v0[d] + u1 * v1[d]) + (u2 * v2[d] + u3 * v3[d])
+        i += 4
+    while i < n:
+        wi, ui, v = w[i], w2[i], vals[k0 + i]
+        for d in range(hd):
+            acc[d] += wi * v[d]
+            acc2[d] += ui * v[d]
+        i += 1
 
 
 def _weighted_sum(acc, w, vals, k0):
@@ -302,7 +397,7 @@ def _conv_side(y, dyn, base, group_size, out):
     """
     t_len, h = y.shape
     k = base.shape[0]
-    n_groups = h // group_size
+    wrow = np.empty(h, np.float32)  # the row's dynamic tap per channel (its group's value)
     for t in range(t_len):
         dst = out[t]
         for c in range(h):
@@ -310,14 +405,13 @@ def _conv_side(y, dyn, base, group_size, out):
         for o in range(min(k, t + 1)):
             src = y[t - o]
             bo = base[o]
-            for c in range(h):
-                dst[c] = dst[c] + bo[c] * src[c]
-            for grp in range(n_groups):  # groups outer: no division in the vectorised loop
+            for grp in range(h // group_size):  # no division per channel
                 w = dyn[t, o, grp]
-                gsrc = src[grp * group_size : (grp + 1) * group_size]
-                gdst = dst[grp * group_size : (grp + 1) * group_size]
+                wg = wrow[grp * group_size : (grp + 1) * group_size]
                 for c in range(group_size):
-                    gdst[c] = gdst[c] + w * gsrc[c]
+                    wg[c] = w
+            for c in range(h):  # the twin's two steps, in its order
+                dst[c] = (dst[c] + bo[c] * src[c]) + wrow[c] * src[c]
     return out
 
 
@@ -411,7 +505,8 @@ if nb is not None:
     _pow2, _pow2_neg, _exp_neg32 = _inline(_pow2), _inline(_pow2_neg), _inline(_exp_neg32)
     _tanh32_small, _tanh32 = _inline(_tanh32_small), _inline(_tanh32)
     _ranks_above, _insert, _pair_scores = _inline(_ranks_above), _jit(_insert), _jit(_pair_scores)
-    _scores, _weighted_sum = _inline(_scores), _inline(_weighted_sum)
+    _scores, _weighted_sum, _max4, _sum4 = _inline(_scores), _inline(_weighted_sum), _inline(_max4), _inline(_sum4)
+    _scores2, _weighted_sum2, _softmax = _inline(_scores2), _inline(_weighted_sum2), _inline(_softmax)
     exp_neg32, tanh32, pair_scores = _exp_neg32, _tanh32, _pair_scores
     norm_rope_heads = _norm_rope_heads = _jit(_norm_rope_heads)
     attend_block = _attend_block = _jit(_attend_block)
