@@ -1,0 +1,17 @@
+"""The numba decorators every draft kernel uses; without numba they leave a plain Python function."""
+from __future__ import annotations
+
+try:
+    import numba as nb
+except ImportError:  # numba is the optional `fast` extra
+    nb = None
+
+
+def _identity(f):
+    return f
+
+
+# error_model="numpy": IEEE division with no zero checks (they block vectorisation). Never fastmath:
+# a sum's order, hence its bits, must not depend on how LLVM vectorises it.
+jit = nb.njit(nogil=True, cache=True, error_model="numpy") if nb is not None else _identity
+inline = nb.njit(nogil=True, cache=True, error_model="numpy", inline="always") if nb is not None else _identity
