@@ -1,7 +1,8 @@
 """Cost of a draft round on the built-in pair: an older draft (``--old REV``, read from git) against this one.
 
 Every variant runs in this one process, interleaved in shuffled order, so machine drift hits them all
-alike; the table gives median and min over ``--repeats`` calls per variant and case. The older
+alike; the table gives median and min over ``--repeats`` calls per variant and case, and the same
+for one plain target step (1 row at row set 1, the yardstick: a round should cost <= 0.3 of it). The older
 ``onebit_engine/draft`` is loaded as ``onebit_engine.draft_old`` beside the current package (it shares
 ``gemm``, ``ops``, ``sampling``: files this comparison assumes unchanged between the two revisions).
 
@@ -79,6 +80,8 @@ def main() -> None:
                  "append 8": ("a", 8)}
 
         def run(name, case):
+            if name == "plain":
+                return step()
             d, st = drafts[name], states[name]
             kind, n = cases[case]
             if kind == "p":
@@ -91,7 +94,17 @@ def main() -> None:
             st.truncate(args.context)
             return dt
 
-        jobs = [(n, c) for n in drafts for c in cases]
+        plain = load_target(tdir, backend=backend, row_set=1)
+        pstate = plain.new_state()
+        plain.forward(list(range(1, args.context + 1)), pstate)
+
+        def step():
+            scratch = pstate.copy()  # outside the timing
+            t0 = time.perf_counter()
+            plain.forward([7], scratch)
+            return time.perf_counter() - t0
+
+        jobs = [(n, c) for n in drafts for c in cases] + [("plain", "step")]
         for job in jobs * 5:  # warm-up: numba compile / cache load, BLAS buffers
             run(*job)
         times = {job: [] for job in jobs}
@@ -104,6 +117,11 @@ def main() -> None:
         for name in drafts:
             cells = [f"{1e3 * np.median(times[name, c]):.3f}/{1e3 * min(times[name, c]):.3f}" for c in cases]
             print(f"  {name:{width}}  " + "  ".join(f"{x:>13}" for x in cells))
+        med = 1e3 * np.median(times["plain", "step"])
+        print(f"  plain target step (row set 1): {med:.3f}/{1e3 * min(times['plain', 'step']):.3f}; "
+              f"round = propose(7) + append 3, in plain steps (medians): "
+              + ", ".join(f"{n} {(1e3 * np.median(times[n, 'propose(7)']) + 1e3 * np.median(times[n, 'append 3'])) / med:.2f}"
+                          for n in drafts))
 
 
 if __name__ == "__main__":
