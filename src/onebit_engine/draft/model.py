@@ -28,7 +28,7 @@ from ..gemm import Linear
 from ..ops.rope import inv_freq
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
-from .ops import DraftOps, resolve_ops, visible_range  # noqa: F401  (visible_range: the mask rule, re-exported)
+from .ops import DraftOps, resolve_ops
 from .rope_table import RopeTable
 from .selector import CandidateSelector, sample_index, softmax
 from .state import DraftState
@@ -116,7 +116,7 @@ class Draft:
                 f"taps must be float32 [T, {self.num_target_layers}, {self.config.hidden_size}] (target Output.hidden "
                 f"rows: every target layer's output), got shape {taps.shape}"
             )
-        feats = taps[:, self.tap_index, :].reshape(taps.shape[0], -1).astype(F32)  # [T, n_feat * H]
+        feats = taps[:, self.tap_index, :].reshape(taps.shape[0], -1).astype(F32, copy=False)  # [T, n_feat * H]
         return self.ops.rms_norm(self.fc(feats), self.hidden_norm, self.config.rms_norm_eps)
 
     def append_context(self, state: DraftState, taps: np.ndarray) -> None:

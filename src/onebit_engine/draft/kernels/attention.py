@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._numba import inline, jit
+from ._numba import jit
 from .mathf import exp_neg32
 
 F32 = np.float32
@@ -104,7 +104,7 @@ def attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
     return out
 
 
-@inline
+@jit
 def _softmax(row, scale):
     """In place ``softmax(row * scale)``: max subtracted, exp, normalised by the fixed-order sum."""
     for i in range(row.shape[0]):
@@ -133,7 +133,7 @@ def attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal,
     return attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out)
 
 
-@inline
+@jit
 def _max4(x):
     """max of x (NaN ignored) on four running maxima: the same value in any order, and no chain of
     dependent compares."""
@@ -153,7 +153,7 @@ def _max4(x):
     return m2 if m2 > m0 else m0
 
 
-@inline
+@jit
 def _sum4(x):
     """float32 sum of x as four running sums ``x[i::4]`` added ``(s0 + s1) + (s2 + s3)``, then the tail:
     a fixed order (it depends only on len(x)) with a quarter of the sequential chain."""
@@ -172,7 +172,7 @@ def _sum4(x):
     return tot
 
 
-@inline
+@jit
 def _scores(dst, qv, keys_t, k0):
     """``dst[i] = sum_d qv[d] * keys_t[d, k0 + i]``, d in groups of 4 (``((a + b) + (c + e))`` added to the
     running sum), the loop over keys vectorised. Shapes: dst [n]; qv [hd]; keys_t [hd, >= k0 + n]."""
@@ -194,7 +194,7 @@ def _scores(dst, qv, keys_t, k0):
         d += 1
 
 
-@inline
+@jit
 def _scores2(dst, dst2, qv, qv2, keys_t, k0):
     """:func:`_scores` for two query vectors at once (each with exactly its arithmetic), loading the keys once."""
     n, hd = dst.shape[0], qv.shape[0]
@@ -220,7 +220,7 @@ def _scores2(dst, dst2, qv, qv2, keys_t, k0):
         d += 1
 
 
-@inline
+@jit
 def _weighted_sum2(acc, acc2, w, w2, vals, k0):
     """:func:`_weighted_sum` for two weight rows at once (each with exactly its arithmetic), loading the
     values once."""
@@ -242,7 +242,7 @@ def _weighted_sum2(acc, acc2, w, w2, vals, k0):
         i += 1
 
 
-@inline
+@jit
 def _weighted_sum(acc, w, vals, k0):
     """``acc += sum_i w[i] * vals[k0 + i]``, keys in groups of 4 like :func:`_scores`, the loop over hd
     vectorised. Shapes: acc [hd]; w [n]; vals [>= k0 + n, hd]."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._numba import inline, jit
+from ._numba import jit
 
 F32 = np.float32
 
@@ -23,7 +23,7 @@ _ZERO, _HALF, _ONE, _TWO = F32(0.0), F32(0.5), F32(1.0), F32(2.0)
 _TANH_SMALL, _TANH_CLAMP = F32(0.625), F32(10.0)
 
 
-@inline
+@jit
 def _pow2(n):
     """2^n for 0 <= n < 32 as float32, exactly, by its bits (numba's ``<<`` carries a check that
     blocks vectorisation)."""
@@ -37,7 +37,7 @@ def _pow2(n):
 _EXP_FLOOR = F32(-87.0)  # exp(-87) ~ 1.6e-38 is still normal; below it the softmax term is taken as 0
 
 
-@inline
+@jit
 def _pow2_neg(k):
     """2^-k for 0 <= k < 128 as float32, exactly (every partial product is a normal power of two)."""
     m = _ONE * (F32(0.5) if k & 1 else _ONE)
@@ -49,7 +49,7 @@ def _pow2_neg(k):
     return m * (F32(2.0**-64) if k & 64 else _ONE)
 
 
-@inline
+@jit
 def exp_neg32(x):
     """float32 exp for x <= 0 (a softmax's ``score - max``) by Cephes ``expf``'s method, from plain
     arithmetic so the softmax loop vectorises; 0 below -87 (a relative change < 1e-37 of a sum >= 1).
@@ -62,7 +62,7 @@ def exp_neg32(x):
     return _ZERO if x < _EXP_FLOOR else e  # NaN stays NaN
 
 
-@inline
+@jit
 def tanh32(x):
     """float32 tanh by Cephes ``tanhf``'s method: an odd polynomial below |x| = 0.625, else
     ``1 - 2 / (exp(2|x|) + 1)`` with Cephes ``expf``'s polynomial; |x| is clamped at 10, past which
@@ -86,7 +86,7 @@ def tanh32(x):
 _SOFTCAP_CHUNK = 256
 
 
-@inline
+@jit
 def _tanh32_small(x):
     """``tanh32`` for |x| < 0.625: its polynomial branch alone, the same steps (and -0.0, NaN kept)."""
     s = x * x
@@ -98,21 +98,34 @@ def _tanh32_small(x):
 def softcap(z, mult, cap):
     """In place ``cap * tanh((z * mult) / cap)`` (the twin's steps: multiply, divide, tanh, multiply).
 
-    Shapes: z [n, V] float32 (overwritten, returned). Chunks whose |z / cap| all stay below 0.625
-    (most of a vocabulary) run the polynomial branch only; a value gets the same bits either way."""
+    Shapes: z [n, V] float32 (overwritten, returned). Where every |z / cap| of a row (else of a chunk
+    of it) stays below 0.625, as it does for most of a vocabulary, only the polynomial branch runs;
+    a value gets the same bits either way."""
     for t in range(z.shape[0]):
         row = z[t]
+        n_big = 0
+        for i in range(row.shape[0]):
+            y = (row[i] * mult) / cap
+            row[i] = y
+            n_big += np.abs(y) >= _TANH_SMALL
+        if n_big == 0:
+            _tanh_small_times(row, cap)
+            continue
         for c0 in range(0, row.shape[0], _SOFTCAP_CHUNK):
             ch = row[c0 : c0 + _SOFTCAP_CHUNK]
             n_big = 0
             for i in range(ch.shape[0]):
-                y = (ch[i] * mult) / cap
-                ch[i] = y
-                n_big += np.abs(y) >= _TANH_SMALL
+                n_big += np.abs(ch[i]) >= _TANH_SMALL
             if n_big == 0:
-                for i in range(ch.shape[0]):
-                    ch[i] = _tanh32_small(ch[i]) * cap
+                _tanh_small_times(ch, cap)
             else:
                 for i in range(ch.shape[0]):
                     ch[i] = tanh32(ch[i]) * cap
     return z
+
+
+@jit
+def _tanh_small_times(x, cap):
+    """In place ``_tanh32_small(x) * cap`` (every |x| < 0.625)."""
+    for i in range(x.shape[0]):
+        x[i] = _tanh32_small(x[i]) * cap

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._numba import inline, jit
+from ._numba import jit
 
 
-@inline
+@jit
 def _ranks_above(a, b):
     """Does value a rank above b, a having the higher id? Larger first, NaN last (a stable sort of
     ``-logits``): a NaN never does, anything else does over a NaN."""
