@@ -20,7 +20,7 @@ def norm_rope_heads(y, col0, weight, cos, sin, eps, out):
     """Per-head RMSNorm then rotate-half RoPE of columns ``col0..`` of y.
 
     Shapes: y [T, >= col0 + n*hd]; weight [hd]; cos, sin [T, hd]; out [n, T, hd] (written, returned).
-    Same op order as ``Draft._heads``: ``w * (x * (1 / sqrt(mean(x^2) + eps)))``, then
+    Same op order as ``ops.heads_numpy``: ``w * (x * (1 / sqrt(mean(x^2) + eps)))``, then
     ``x * cos + rotate_half(x) * sin``; the mean is a sequential float32 sum.
     """
     n, t_len, hd = out.shape

@@ -22,7 +22,7 @@ def top_candidates_into(logits, k, cand, unary):
 
     Shapes: logits [n, V]; cand int64 [n, k], unary [n, k] (written). One pass per row keeps a sorted
     list of k; ids arrive in increasing order, so a value equal to one in the list ranks below it.
-    A chunk of 64 ids is first counted against the k-th value (a vectorised loop) and skipped when
+    A chunk of 32 ids is first counted against the k-th value (a vectorised loop) and skipped when
     none is larger: only the few chunks holding a new candidate are walked one id at a time.
     """
     n, v = logits.shape
