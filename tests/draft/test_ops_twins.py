@@ -29,6 +29,7 @@ TANH_MAX_ULP = 2.0  # the kernel's tanh / exp against float64, in float32 ulps (
 PAIR_ATOL = 1e-5  # selector pairwise scores (|s| ~ 10): a rank-r sum in sequential vs BLAS order
 DRAFT_OPS_HIDDEN_ATOL = 1e-5  # a whole proposal's final-normed rows, numba vs numpy (same GEMMs)
 DRAFT_OPS_LOGITS_ATOL = 1e-4  # its logits (~10x the hidden scale), as DRAFT_LOGITS_ATOL against torch
+DRAFT_OPS_Q_ATOL = 1e-5  # sampled q: softmax(score / 0.8) of scores within ~5e-6, so probabilities move < 1e-5
 
 
 def _rng(seed):
@@ -239,7 +240,7 @@ def test_whole_proposals_agree(name, temperature, target, tmp_path):
         np.testing.assert_allclose(b.hidden, a.hidden, rtol=0, atol=DRAFT_OPS_HIDDEN_ATOL)
         np.testing.assert_allclose(b.logits, a.logits, rtol=0, atol=DRAFT_OPS_LOGITS_ATOL)
         np.testing.assert_array_equal(b.tokens, a.tokens)
-        np.testing.assert_allclose(b.q, a.q, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(b.q, a.q, rtol=0, atol=DRAFT_OPS_Q_ATOL)
         assert np.all(b.q[np.arange(n_draft), b.tokens] > 0)
 
 
