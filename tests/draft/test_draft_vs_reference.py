@@ -68,11 +68,11 @@ def _ref_round(model, cache, head, embed, feats_new, block, start, scale):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_draft_matches_reference(case, tmp_path):
+def test_draft_matches_reference(case, tmp_path, ops):
     opts = CASES[case]
     tgt = make_target(seed=1)
     folder = write_synthetic_draft(tmp_path / case, tgt.config, block_size=6, seed=3, **opts)
-    draft = load_draft(folder, tgt)
+    draft = load_draft(folder, tgt, ops=ops)
     model = _reference(folder, opts["version"])
     # Same per-layer mask rule on both sides (REF-NEW Qwen3DFlashAttention.__init__).
     assert [layer.self_attn.is_causal for layer in model.layers] == list(draft.config.causal)
@@ -99,7 +99,7 @@ def test_draft_matches_reference(case, tmp_path):
             worst_h = max(worst_h, float(np.abs(p.hidden - h_ref).max()))
             worst_z = max(worst_z, float(np.abs(p.logits - z_ref).max()))
             np.testing.assert_array_equal(p.tokens, tok_ref, err_msg=f"{case}: draft tokens differ at context {st.length}")
-    print(f"{case}: max|hidden diff| {worst_h:.3e}, max|logits diff| {worst_z:.3e}")
+    print(f"{case} [{ops}]: max|hidden diff| {worst_h:.3e}, max|logits diff| {worst_z:.3e}")
     assert worst_h <= DRAFT_HIDDEN_ATOL, f"{case}: hidden differs from the reference by {worst_h:.3e}"
     assert worst_z <= DRAFT_LOGITS_ATOL, f"{case}: logits differ from the reference by {worst_z:.3e}"
 

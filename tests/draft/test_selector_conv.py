@@ -70,8 +70,8 @@ def test_selector_sampled_q_lives_on_the_candidates():
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_sampled_proposals_are_reproducible(version, target, tmp_path):
-    draft = load_draft(write_synthetic_draft(tmp_path, target.config, version=version, seed=8), target)
+def test_sampled_proposals_are_reproducible(version, target, tmp_path, ops):
+    draft = load_draft(write_synthetic_draft(tmp_path, target.config, version=version, seed=8), target, ops=ops)
     st = draft.new_state()
     draft.append_context(st, make_taps(np.random.default_rng(0), 6))
     a = draft.propose(st, 5, 5, temperature=0.9, rng=np.random.default_rng(42))

@@ -12,6 +12,7 @@ The dynamic taps of row t come from row t's input, not from row t - o.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -38,14 +39,15 @@ class GroupedDynamicConv:
         g = x.shape[1] // self.group_size
         return self.kernel_projection(x).reshape(x.shape[0], 2, self.kernel_size, g)
 
-    def prepare(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Shapes: x [T, H] -> (conv_0(x) [T, H], dyn1 [T, K, G])."""
+    def prepare(self, x: np.ndarray, side: Callable[..., np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Shapes: x [T, H] -> (conv_0(x) [T, H], dyn1 [T, K, G]). ``side``: a twin of
+        :func:`grouped_dynamic_conv` (``draft.ops``); None means that function."""
         dyn = self.dynamic(x)
-        return grouped_dynamic_conv(x, dyn[:, 0], self.base_kernel[0], self.group_size), dyn[:, 1]
+        return (side or grouped_dynamic_conv)(x, dyn[:, 0], self.base_kernel[0], self.group_size), dyn[:, 1]
 
-    def finish(self, y: np.ndarray, dyn1: np.ndarray) -> np.ndarray:
+    def finish(self, y: np.ndarray, dyn1: np.ndarray, side: Callable[..., np.ndarray] | None = None) -> np.ndarray:
         """Shapes: y [T, H], dyn1 [T, K, G] -> [T, H]."""
-        return grouped_dynamic_conv(y, dyn1, self.base_kernel[1], self.group_size)
+        return (side or grouped_dynamic_conv)(y, dyn1, self.base_kernel[1], self.group_size)
 
 
 def grouped_dynamic_conv(y: np.ndarray, dyn: np.ndarray, base: np.ndarray, group_size: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from ..safetensors_io import load_folder_tensors, read_config
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
 from .model import Draft, DraftLayer
+from .ops import resolve_ops
 from .selector import CandidateSelector
 
 _PREFIX_ALIASES = (
@@ -29,8 +30,12 @@ _PREFIX_ALIASES = (
 _CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
 
 
-def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row_set: int = 8) -> Draft:
-    """Load the draft in ``path`` for ``target`` (needs ``config``, ``embed_tokens``, ``lm_head``)."""
+def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row_set: int = 8, ops: str = "auto") -> Draft:
+    """Load the draft in ``path`` for ``target`` (needs ``config``, ``embed_tokens``, ``lm_head``).
+
+    ``ops``: the non-GEMM op set, ``"numpy"`` (the readable twins), ``"numba"`` (compiled) or
+    ``"auto"`` (numba when installed); see ``draft.ops``."""
+    ops_set = resolve_ops(ops)
     folder = Path(path)
     config = DraftConfig.from_hf(read_config(folder))
     check_fits_target(config, target.config)
@@ -40,6 +45,9 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
 
     def lin(name: str) -> Linear:
         return Linear.from_weight(tensors[name], be, row_set, name)
+
+    def fused(prefix: str, names: list[str]) -> Linear:
+        return Linear.fused([tensors[prefix + n + ".weight"] for n in names], be, row_set, prefix + "+".join(names))
 
     def vec(name: str) -> np.ndarray:
         return np.ascontiguousarray(tensors[name], dtype=np.float32)
@@ -56,14 +64,12 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
             DraftLayer(
                 input_layernorm=vec(p + "input_layernorm.weight"),
                 post_attention_layernorm=vec(p + "post_attention_layernorm.weight"),
-                q_proj=lin(p + "self_attn.q_proj.weight"),
-                k_proj=lin(p + "self_attn.k_proj.weight"),
-                v_proj=lin(p + "self_attn.v_proj.weight"),
+                qkv_proj=fused(p + "self_attn.", ["q_proj", "k_proj", "v_proj"]),
+                kv_proj=fused(p + "self_attn.", ["k_proj", "v_proj"]),
                 o_proj=lin(p + "self_attn.o_proj.weight"),
                 q_norm=vec(p + "self_attn.q_norm.weight"),
                 k_norm=vec(p + "self_attn.k_norm.weight"),
-                gate_proj=lin(p + "mlp.gate_proj.weight"),
-                up_proj=lin(p + "mlp.up_proj.weight"),
+                gate_up_proj=fused(p + "mlp.", ["gate_proj", "up_proj"]),
                 down_proj=lin(p + "mlp.down_proj.weight"),
                 attention_conv=conv(p + "attention_conv"),
                 mlp_conv=conv(p + "mlp_conv"),
@@ -87,6 +93,7 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
         lm_head=target.lm_head,
         num_target_layers=int(target.config.num_hidden_layers),
         selector=selector,
+        ops=ops_set,
     )
 
 

@@ -11,8 +11,12 @@ Attention of block query q (absolute position) over keys k (context 0..s-1, bloc
 
     visible = (not causal[i] or k <= q) and (window[i] is None or (q - k < W and (causal[i] or k - q < W)))
 
-which is always one contiguous key range, so each query row runs ``ops.attention.attend_row`` on a
-slice: a row's result never depends on how many rows the block has beyond what it may see.
+which is always one contiguous key range, so each query row attends to its own slice of the keys:
+a row's result never depends on how many rows the block has beyond what it may see.
+
+Everything that is not a GEMM goes through ``self.ops`` (``draft.ops``: the numpy twins or their
+compiled versions, chosen at load time); every GEMM goes through ``gemm.Linear``, fused where the
+input is shared (q/k/v of the block, k/v of the context, gate/up).
 """
 from __future__ import annotations
 
@@ -21,11 +25,11 @@ import numpy as np
 
 from ..errors import StateError
 from ..gemm import Linear
-from ..ops.attention import attend_row
-from ..ops.norm import rms_norm, silu
 from ..ops.rope import inv_freq
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
+from .ops import DraftOps, resolve_ops
+from .rope_table import RopeTable
 from .selector import CandidateSelector, sample_index, softmax
 from .state import DraftState
 
@@ -34,18 +38,20 @@ F32 = np.float32
 
 @dataclass(frozen=True)
 class DraftLayer:
-    """Weights of one decoder layer; norms float32 [H] (q_norm/k_norm [hd]); convs only for DFlash 2."""
+    """Weights of one decoder layer; norms float32 [H] (q_norm/k_norm [hd]); convs only for DFlash 2.
+
+    ``qkv_proj`` is q_proj, k_proj, v_proj fused (output columns in that order) for the block;
+    ``kv_proj`` is k_proj, v_proj fused for the context rows (the k/v rows are stored twice: one call
+    per round each instead of three and two); ``gate_up_proj`` is gate_proj, up_proj fused."""
 
     input_layernorm: np.ndarray
     post_attention_layernorm: np.ndarray
-    q_proj: Linear
-    k_proj: Linear
-    v_proj: Linear
+    qkv_proj: Linear
+    kv_proj: Linear
     o_proj: Linear
     q_norm: np.ndarray
     k_norm: np.ndarray
-    gate_proj: Linear
-    up_proj: Linear
+    gate_up_proj: Linear
     down_proj: Linear
     attention_conv: GroupedDynamicConv | None = None
     mlp_conv: GroupedDynamicConv | None = None
@@ -82,8 +88,10 @@ class Draft:
         lm_head: Linear,
         num_target_layers: int,
         selector: CandidateSelector | None = None,
+        ops: str | DraftOps = "auto",
     ):
         self.config = config
+        self.ops = ops if isinstance(ops, DraftOps) else resolve_ops(ops)
         self.fc, self.hidden_norm, self.norm = fc, hidden_norm, norm
         self.layers = layers
         self.embed_tokens = embed_tokens  # [V, H], the target's raw table
@@ -92,7 +100,9 @@ class Draft:
         self.selector = selector
         self.backend = fc.backend  # the draft's own projections' backend (the run's provenance reports it)
         self.inv_freq = inv_freq(config.head_dim, config.rope_theta)  # [hd / 2]
+        self.rope = RopeTable(self.inv_freq)  # cos/sin per absolute position, kept across rounds
         self.tap_index = np.asarray(config.target_layer_ids, dtype=np.int64)
+        self._causal, self._windows = config.causal, config.windows  # per layer (dflash.md 2.4)
 
     def new_state(self) -> DraftState:
         c = self.config
@@ -106,19 +116,22 @@ class Draft:
                 f"taps must be float32 [T, {self.num_target_layers}, {self.config.hidden_size}] (target Output.hidden "
                 f"rows: every target layer's output), got shape {taps.shape}"
             )
-        feats = taps[:, self.tap_index, :].reshape(taps.shape[0], -1).astype(F32)  # [T, n_feat * H]
-        return rms_norm(self.fc(feats), self.hidden_norm, self.config.rms_norm_eps)
+        feats = taps[:, self.tap_index, :].reshape(taps.shape[0], -1).astype(F32, copy=False)  # [T, n_feat * H]
+        return self.ops.rms_norm(self.fc(feats), self.hidden_norm, self.config.rms_norm_eps)
 
     def append_context(self, state: DraftState, taps: np.ndarray) -> None:
         """Cache every layer's context K/V for the next T committed positions; ``state.length += T``."""
         t = taps.shape[0]
         if t == 0:
             return
+        cfg = self.config
         c = self.context_features(taps)
-        cos, sin = self._cos_sin(np.arange(state.length, state.length + t))
+        cos, sin = self.rope.rows(state.length, state.length + t)
+        hk, hd = cfg.num_key_value_heads, cfg.head_dim
         for i, layer in enumerate(self.layers):
-            k, v = self._kv(layer, c, cos, sin)  # [Hk, T, hd] each
-            state.append(i, k, v)
+            kv = layer.kv_proj(c)  # [T, 2 * Hk * hd]: k then v
+            k = self.ops.heads(kv, 0, hk, layer.k_norm, cos, sin, cfg.rms_norm_eps)  # [Hk, T, hd]
+            state.append(i, k, kv[:, hk * hd :].reshape(t, hk, hd).transpose(1, 0, 2))
         state.advance(t)
 
     # -- block --------------------------------------------------------------------------------
@@ -127,34 +140,37 @@ class Draft:
         c = self.config
         b = tokens.shape[0]
         s = state.length
-        h = self.embed_tokens[tokens].astype(F32) * F32(c.input_embedding_scale)  # [B', H]
-        cos, sin = self._cos_sin(np.arange(s, s + b))
+        h = self.embed_tokens[tokens] * F32(c.input_embedding_scale)  # [B', H]
+        cos, sin = self.rope.rows(s, s + b)
+        ops = self.ops
+        side = ops.conv_side
+        inter = c.intermediate_size
         for i, layer in enumerate(self.layers):
-            x = rms_norm(h, layer.input_layernorm, c.rms_norm_eps)
+            x = ops.rms_norm(h, layer.input_layernorm, c.rms_norm_eps)
             dyn_a = None
             if layer.attention_conv is not None:
-                x, dyn_a = layer.attention_conv.prepare(x)
+                x, dyn_a = layer.attention_conv.prepare(x, side)
             a = self._attention(i, layer, x, state, cos, sin)
             if dyn_a is not None:
-                a = layer.attention_conv.finish(a, dyn_a)
+                a = layer.attention_conv.finish(a, dyn_a, side)
             h = h + a
-            x = rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps)
+            x = ops.rms_norm(h, layer.post_attention_layernorm, c.rms_norm_eps)
             dyn_m = None
             if layer.mlp_conv is not None:
-                x, dyn_m = layer.mlp_conv.prepare(x)
-            m = layer.down_proj(silu(layer.gate_proj(x)) * layer.up_proj(x))
+                x, dyn_m = layer.mlp_conv.prepare(x, side)
+            gu = layer.gate_up_proj(x)  # [B', 2 * I]: gate then up
+            m = layer.down_proj(ops.silu_mul(gu, inter))
             if dyn_m is not None:
-                m = layer.mlp_conv.finish(m, dyn_m)
+                m = layer.mlp_conv.finish(m, dyn_m, side)
             h = h + m
-        return rms_norm(h, self.norm, c.rms_norm_eps)
+        return ops.rms_norm(h, self.norm, c.rms_norm_eps)
 
     def compute_logits(self, hidden: np.ndarray) -> np.ndarray:
-        """``lm_head(hidden) * output_multiplier``, then ``cap * tanh(z / cap)``. Shapes: [n, H] -> [n, V]."""
-        z = self.lm_head(hidden) * F32(self.config.output_multiplier)
-        cap = self.config.final_logit_softcapping
-        if cap is not None:
-            z = (np.tanh(z / F32(cap)) * F32(cap)).astype(F32)
-        return z
+        """``lm_head(hidden) * output_multiplier``, then ``cap * tanh(z / cap)``. Shapes: [n, H] -> [n, V].
+
+        In place on the lm_head's fresh output."""
+        c = self.config
+        return self.ops.softcap(self.lm_head(hidden), c.output_multiplier, c.final_logit_softcapping)
 
     def propose(
         self,
@@ -184,7 +200,7 @@ class Draft:
         hidden = self.forward_block(state, block)
         logits = self.compute_logits(hidden[1:])
         if self.selector is not None:
-            tokens, q = self.selector.select(hidden[1:], logits, int(anchor_token), temperature, rng)
+            tokens, q = self.selector.select(hidden[1:], logits, int(anchor_token), temperature, rng, self.ops)
         elif temperature > 0:
             q = softmax(logits / F32(temperature))
             tokens = np.array([sample_index(row, rng) for row in q], dtype=np.int64)
@@ -195,52 +211,14 @@ class Draft:
         return Proposal(tokens=tokens, q=q, hidden=hidden, logits=logits)
 
     # -- pieces -------------------------------------------------------------------------------
-    def _cos_sin(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """cos, sin [T, hd] (angles in float32, as HF)."""
-        ang = positions.astype(F32)[:, None] * self.inv_freq[None, :]
-        emb = np.concatenate([ang, ang], axis=-1)
-        return np.cos(emb).astype(F32), np.sin(emb).astype(F32)
-
-    def _heads(self, y: np.ndarray, n_heads: int, weight: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """Split to heads, per-head RMSNorm, then rotate-half RoPE. Shapes: y [T, n*hd] -> [n, T, hd]."""
-        hd = self.config.head_dim
-        x = rms_norm(y.reshape(y.shape[0], n_heads, hd), weight, self.config.rms_norm_eps)  # [T, n, hd]
-        half = hd // 2
-        rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-        x = x * cos[:, None, :] + rot * sin[:, None, :]
-        return np.ascontiguousarray(x.transpose(1, 0, 2))
-
-    def _kv(self, layer: DraftLayer, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """K (normed, rotated) and V of rows x. Shapes: x [T, H] -> [Hk, T, hd] each."""
-        c = self.config
-        k = self._heads(layer.k_proj(x), c.num_key_value_heads, layer.k_norm, cos, sin)
-        v = layer.v_proj(x).reshape(x.shape[0], c.num_key_value_heads, c.head_dim).transpose(1, 0, 2)
-        return k, np.ascontiguousarray(v)
-
     def _attention(
         self, i: int, layer: DraftLayer, x: np.ndarray, state: DraftState, cos: np.ndarray, sin: np.ndarray
     ) -> np.ndarray:
         """Block rows attend to [context; block] keys. Shapes: x [B', H] -> o_proj output [B', H]."""
         c = self.config
-        b, s = x.shape[0], state.length
-        q = self._heads(layer.q_proj(x), c.num_attention_heads, layer.q_norm, cos, sin)  # [Hq, B', hd]
-        kb, vb = self._kv(layer, x, cos, sin)  # [Hk, B', hd]
-        kc, vc = state.view(i)
-        keys = np.concatenate([kc, kb], axis=1)  # [Hk, s + B', hd], index = absolute position
-        values = np.concatenate([vc, vb], axis=1)
-        causal, window = c.causal[i], c.windows[i]
-        out = np.empty((b, c.num_attention_heads * c.head_dim), F32)
-        for j in range(b):
-            lo, hi = visible_range(s + j, s + b, causal, window)
-            out[j] = attend_row(q[:, j], keys[:, lo:hi], values[:, lo:hi], c.head_dim**-0.5).reshape(-1)
+        qkv = layer.qkv_proj(x)  # [B', (Hq + 2 Hk) * hd]: q, k, v
+        out = self.ops.attention(  # [B', Hq * hd]
+            qkv, c.num_attention_heads, c.num_key_value_heads, layer.q_norm, layer.k_norm, cos, sin, c.rms_norm_eps,
+            state.kt[i], state.v[i], state.length, self._causal[i], self._windows[i],
+        )
         return layer.o_proj(out)
-
-
-def visible_range(qpos: int, end: int, causal: bool, window: int | None) -> tuple[int, int]:
-    """Keys [lo, hi) a query at absolute position ``qpos`` sees, with keys 0..end-1 present (dflash.md 2.4)."""
-    lo, hi = 0, (qpos + 1 if causal else end)
-    if window is not None:
-        lo = max(lo, qpos - window + 1)
-        if not causal:
-            hi = min(hi, qpos + window)
-    return lo, hi

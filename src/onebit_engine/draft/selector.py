@@ -15,6 +15,7 @@ Only this walk is sequential. The draft distribution of row t is q_t spread over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,27 +35,31 @@ class CandidateSelector:
     top_k: int
 
     def select(
-        self, hidden: np.ndarray, logits: np.ndarray, anchor: int, temperature: float, rng: np.random.Generator | None
+        self, hidden: np.ndarray, logits: np.ndarray, anchor: int, temperature: float, rng: np.random.Generator | None,
+        ops: Any = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Walk the candidate lattice. Shapes: hidden [n, H], logits [n, V] -> (tokens int64 [n], q float32 [n, V])."""
-        cand, unary = top_candidates(logits, self.top_k)
+        """Walk the candidate lattice. Shapes: hidden [n, H], logits [n, V] -> (tokens int64 [n], q float32 [n, V]).
+
+        ``ops`` supplies ``top_candidates``, ``pair_scores`` and ``greedy_walk`` (a ``draft.ops.DraftOps``);
+        None means this module's numpy functions."""
+        top, pair, walk = (top_candidates, pair_scores, greedy_walk) if ops is None else (
+            ops.top_candidates, ops.pair_scores, ops.greedy_walk)
+        cand, unary = top(logits, self.top_k)
         hp = self.hidden_projection(hidden)  # [n, r]
         n, v = logits.shape
-        tokens = np.empty(n, np.int64)
         q = np.zeros((n, v), F32)
+        if temperature <= 0:
+            tokens = walk(unary, hp, self.predecessor_codebook, self.successor_codebook, cand, int(anchor))
+            q[np.arange(n), tokens] = 1.0
+            return tokens, q
+        tokens = np.empty(n, np.int64)
         prev = int(anchor)
-        for t in range(n):
-            pair = (self.predecessor_codebook[prev] * hp[t]) @ self.successor_codebook[cand[t]].T  # [k]
-            score = unary[t] + pair
-            if temperature > 0:
-                qt = softmax(score / F32(temperature))
-                j = sample_index(qt, rng)
-                q[t, cand[t]] = qt
-            else:
-                j = int(np.argmax(score))
-                q[t, cand[t, j]] = 1.0
-            prev = int(cand[t, j])
-            tokens[t] = prev
+        for t in range(n):  # sequential: each step's candidate set is scored against the last pick
+            score = unary[t] + pair(self.predecessor_codebook[prev], hp[t], self.successor_codebook, cand[t])
+            qt = softmax(score / F32(temperature))
+            j = sample_index(qt, rng)
+            q[t, cand[t]] = qt
+            prev = tokens[t] = int(cand[t, j])
         return tokens, q
 
     def select_slow(self, hidden: np.ndarray, logits: np.ndarray, anchor: int) -> np.ndarray:
@@ -94,6 +99,23 @@ def top_candidates(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         idx = np.concatenate([above, ties])
         cand[t] = idx[np.lexsort((idx, -logits[t, idx]))]
     return cand, np.take_along_axis(logits, cand, axis=-1)
+
+
+def pair_scores(prev_row: np.ndarray, hp_row: np.ndarray, succ: np.ndarray, cand_row: np.ndarray) -> np.ndarray:
+    """Pairwise scores ``sum_r prev[r] * hp[r] * succ[cand, r]``. Shapes: [r], [r], [V, r], int [k] -> [k]."""
+    return (prev_row * hp_row) @ succ[cand_row].T
+
+
+def greedy_walk(unary: np.ndarray, hp: np.ndarray, pred: np.ndarray, succ: np.ndarray, cand: np.ndarray, anchor: int) -> np.ndarray:
+    """The greedy walk (argmax per step, first index on ties).
+
+    Shapes: unary [n, k]; hp [n, r]; pred, succ [V, r]; cand int [n, k] -> tokens int64 [n]."""
+    tokens = np.empty(cand.shape[0], np.int64)
+    prev = int(anchor)
+    for t in range(cand.shape[0]):
+        score = unary[t] + pair_scores(pred[prev], hp[t], succ, cand[t])
+        prev = tokens[t] = int(cand[t, int(np.argmax(score))])
+    return tokens
 
 
 def top_candidates_slow(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
