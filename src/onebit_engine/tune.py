@@ -76,7 +76,7 @@ def measure(target, draft, prompt: Sequence[int], *, ks: Sequence[int], threads:
         return run
 
     def fresh():
-        return base.copy(), _scratch(draft, dbase)
+        return base.copy(), dbase.copy()
 
     jobs = [(t, None) for t in threads] + [(t, k) for t in threads for k in ks]
     samples: dict = {j: [] for j in jobs}
@@ -101,12 +101,3 @@ def choose(costs: dict, acceptance: Sequence[float]) -> tuple[Choice, Choice]:
     p = min(plain, key=lambda j: (plain[j], j[0]))
     s = min(spec, key=lambda j: (spec[j], j[0], j[1]))
     return Choice(p[0], None, plain[p], plain), Choice(s[0], s[1], spec[s], spec)
-
-
-def _scratch(draft, state):
-    """A copy of the draft state to append to (the measured round must not grow the base state)."""
-    new = draft.new_state()
-    new.length = state.length
-    new.k = [k.copy() for k in state.k]
-    new.v = [v.copy() for v in state.v]
-    return new

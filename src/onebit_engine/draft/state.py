@@ -53,6 +53,11 @@ class DraftState:
         self.kt[layer][:, :, self.length : need] = k_new.transpose(0, 2, 1)
         self.v[layer][:, self.length : need] = v_new
 
+    def copy(self) -> "DraftState":
+        """An independent copy (the caches' live rows and spare capacity)."""
+        return DraftState(self.num_layers, self.num_kv_heads, self.head_dim, self.length,
+                          [k.copy() for k in self.kt], [v.copy() for v in self.v])
+
     def advance(self, t: int) -> None:
         self.length += t
 
