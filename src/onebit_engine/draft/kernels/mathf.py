@@ -1,4 +1,4 @@
-"""float32 exp and tanh from plain arithmetic (Cephes ``expf`` / ``tanhf``'s methods and constants).
+"""float32 tanh (and the shared exp) from plain arithmetic (Cephes ``expf`` / ``tanhf``'s methods and constants).
 
 numba lowers ``np.exp`` / ``np.tanh`` to a libm call per element, which keeps a loop scalar; these
 are multiplies, adds, compares and selects only, so the loops calling them vectorise. Their twins are
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.exp_fast import expf
 from ._numba import jit
 
 F32 = np.float32
@@ -34,32 +35,9 @@ def _pow2(n):
     return m * (F32(65536.0) if n & 16 else _ONE)
 
 
-_EXP_FLOOR = F32(-87.0)  # exp(-87) ~ 1.6e-38 is still normal; below it the softmax term is taken as 0
-
-
-@jit
-def _pow2_neg(k):
-    """2^-k for 0 <= k < 128 as float32, exactly (every partial product is a normal power of two)."""
-    m = _ONE * (F32(0.5) if k & 1 else _ONE)
-    m = m * (F32(0.25) if k & 2 else _ONE)
-    m = m * (F32(2.0**-4) if k & 4 else _ONE)
-    m = m * (F32(2.0**-8) if k & 8 else _ONE)
-    m = m * (F32(2.0**-16) if k & 16 else _ONE)
-    m = m * (F32(2.0**-32) if k & 32 else _ONE)
-    return m * (F32(2.0**-64) if k & 64 else _ONE)
-
-
-@jit
-def exp_neg32(x):
-    """float32 exp for x <= 0 (a softmax's ``score - max``) by Cephes ``expf``'s method, from plain
-    arithmetic so the softmax loop vectorises; 0 below -87 (a relative change < 1e-37 of a sum >= 1).
-    Its twin is numpy's exp (``ATTEND_ATOL`` in the tests)."""
-    xc = x if x > _EXP_FLOOR else _EXP_FLOOR
-    nf = np.floor(_LOG2E * xc + _HALF)  # in [-125, 0]
-    g = (xc - nf * _LN2_HI) - nf * _LN2_LO
-    p = ((((_E0 * g + _E1) * g + _E2) * g + _E3) * g + _E4) * g + _E5
-    e = (p * (g * g) + g + _ONE) * _pow2_neg(np.int32(-nf))
-    return _ZERO if x < _EXP_FLOOR else e  # NaN stays NaN
+# exp for the softmax and the SiLU: the one vectorizable float32 exp of the compiled paths (Cephes expf,
+# ops/exp_fast.py); for x <= 0 it is this module's polynomial and constants, 0 below -87.
+exp_neg32 = expf
 
 
 @jit
