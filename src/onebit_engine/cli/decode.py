@@ -85,14 +85,13 @@ def cmd_loop(args) -> int:
     check = None
     if args.check:
         threads.set(plan.plain_threads)
-        plain = generate(plain_target, prompt, max_new_tokens=args.max_new_tokens)
-        same = plain if plain_target is loaded.target else generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens)
+        same = generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens)  # the identity claim: same row set
         at = _first_difference(res.tokens, same.tokens)
         check = {"identical": at is None, "first_difference": at, "tokens": len(res.tokens),
-                 "plain_tokens_per_s": plain.tokens_per_s, "plain_rows_per_call": 1,
-                 "plain_threads": plan.plain_threads, "identity_row_set": loaded.target.row_set,
+                 "plain_rows_per_call": 1, "plain_threads": plan.plain_threads, "identity_row_set": loaded.target.row_set,
                  "speculative_token": res.tokens[at] if at is not None and at < len(res.tokens) else None,
-                 "plain_token": same.tokens[at] if at is not None and at < len(same.tokens) else None}
+                 "plain_token": same.tokens[at] if at is not None and at < len(same.tokens) else None,
+                 **_speeds(args, loaded, plain_target, prompt, plan, threads)}
     prov = loaded.provenance(**{k2: v for k2, v in res.provenance.items() if k2 not in ("backend", "kernel_set", "row_set")})
     prov["threads"] = plan.spec_threads
     if args.json:
@@ -102,6 +101,29 @@ def cmd_loop(args) -> int:
     else:
         _print_loop(res, summary, check, prov, loaded, args, plan)
     return 1 if check is not None and not check["identical"] else 0
+
+
+SPEED_REPEATS = 3
+
+
+def _speeds(args, loaded, plain_target, prompt, plan, threads) -> dict:
+    """The check's speed figures: the loop and plain decoding at its fastest, SPEED_REPEATS runs each,
+    interleaved in a shuffled order (one run after the other in a fixed order shows 10-20% that is only
+    the order on a shared machine); medians of tokens/s."""
+    from .. import bench
+    from ..generate import generate
+    from ..speculative import speculative_generate
+
+    variants = {
+        "loop": lambda p: speculative_generate(loaded.target, loaded.draft, p, max_new_tokens=args.max_new_tokens, k=plan.k,
+                                               commit_path=args.commit_path),
+        "plain": lambda p: generate(plain_target, p, max_new_tokens=args.max_new_tokens),
+    }
+    doc = bench.sweep(variants, [prompt], repeats=SPEED_REPEATS,
+                      before=lambda n: threads.set(plan.spec_threads if n == "loop" else plan.plain_threads))
+    rate = doc["tokens_per_s"]
+    return {"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
+            "speedup": rate["loop"] / rate["plain"] if rate["plain"] > 0 else None}
 
 
 class _Threads:
@@ -146,10 +168,10 @@ def _print_loop(res, s, check, prov, loaded, args, plan) -> None:
     if check is not None:
         plain_at = f"1 row per step, {check['plain_threads']} thread{'s' if check['plain_threads'] > 1 else ''}"
         if check["identical"]:
-            ratio = s["tokens_per_s"] / check["plain_tokens_per_s"] if check["plain_tokens_per_s"] else float("nan")
             print(f"check: identical to plain greedy decoding of the same build ({check['tokens']} of {check['tokens']} "
-                  f"tokens); plain decoding at its fastest ({prov['backend']}, {plain_at}): "
-                  f"{ui.fmt(check['plain_tokens_per_s'], 1)} tok/s; speedup {ratio:.2f}x")
+                  f"tokens); speed, medians of {check['speed_runs']} interleaved runs each: loop "
+                  f"{ui.fmt(check['loop_tokens_per_s'], 1)} tok/s, plain decoding at its fastest ({prov['backend']}, "
+                  f"{plain_at}) {ui.fmt(check['plain_tokens_per_s'], 1)} tok/s: speedup {check['speedup']:.2f}x")
         else:
             print(f"check: DIFFERS from plain greedy decoding of the same build: first at token {check['first_difference']} "
                   f"(speculative {check['speculative_token']} vs plain {check['plain_token']})")
