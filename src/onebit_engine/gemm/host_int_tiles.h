@@ -21,7 +21,9 @@
 #define FMT_TERNARY 2
 #define PATH_AVX2 0
 #define PATH_VNNI 1
+#ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD 2048 /* bytes of weight stream prefetched ahead (see host_int_kernel.c) */
+#endif
 
 /* Add the products of steps [0, ns) of one tile (w: its first step) with the R rows of xs (from the
  * block's first group of this K range) into acc [R][T] int32 (modulo 2^32; read unless init). The
