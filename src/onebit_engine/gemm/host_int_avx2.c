@@ -5,8 +5,10 @@
  * a row's 4 activation codes are broadcast to the 8 channels, so each accumulator holds 8 channels and
  * no horizontal sums are needed (the old per-channel layout spent a shuffle reduction per channel and
  * row, a large share of the small layers with K = 192).
- *  - int8: codes are stored + 128; w = byte ^ 0x80. The u8 operand is |w|, the s8 one x ^ m with
- *    m = (w < 0 ? 0xFF : 0), i.e. x or -x - 1: |w| * (x ^ m) = w * x - |w| where w < 0. Pair sums stay
+ *  - int8: codes are stored as sign and magnitude (byte = |w| + 128 * (w < 0)), so |w| = byte & 0x7F and
+ *    m = (w < 0 ? 0xFF : 0) = (byte as s8 < 0) take one op each (+128 needed three for the two: 7-9%
+ *    of an 8-row call). The u8 operand is |w|, the s8 one x ^ m, i.e. x or -x - 1:
+ *    |w| * (x ^ m) = w * x - |w| where w < 0. Pair sums stay
  *    <= 2 * 127 * 128 < 32767, and the caller adds sum(|w| over w < 0) per channel, precomputed at pack.
  *    (xor, not vpsignb: vpsignb takes one of the two multiply pipes on this CPU, vpxor does not.)
  *  - int4 / ternary: the stored fields are already code + 8 / code + 1 (u8); vpmaddubsw cannot saturate
@@ -33,8 +35,8 @@ static inline __attribute__((always_inline)) void prefetch(const uint8_t *w, int
 /* One int8 step s for R rows (see the header). */
 #define INT8_STEP(s)                                                                                     \
     do {                                                                                                 \
-        __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + (s) * VB)), flip);         \
-        __m256i aw = _mm256_abs_epi8(v), m = _mm256_cmpgt_epi8(zero, v);                                \
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + (s) * VB));                                 \
+        __m256i aw = _mm256_and_si256(v, low7), m = _mm256_cmpgt_epi8(zero, v);                         \
         const int8_t *x = xs + (s) * R * 4;                                                              \
         for (int r = 0; r < R; r++)                                                                      \
             a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_xor_si256(bcast4(x + 4 * r), m)), ones)); \
@@ -48,7 +50,7 @@ static inline __attribute__((always_inline)) void tile_int8(const int R, const u
     const int U = R <= 2 ? 4 : 2;
     __m256i a[8];
     for (int r = 0; r < R; r++) a[r] = init ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(acc + 8 * r));
-    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
+    const __m256i low7 = _mm256_set1_epi8(0x7F), ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
     int64_t s = 0;
     for (; s + U <= ns; s += U) {
         for (int u = 0; u < U; u += 2) prefetch(w, s + u, ns * VB, next);
