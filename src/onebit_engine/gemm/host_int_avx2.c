@@ -32,14 +32,20 @@ static inline __attribute__((always_inline)) void prefetch(const uint8_t *w, int
     _mm_prefetch(prefetch_addr(w, s * VB, len, next), _MM_HINT_T0);
 }
 
-/* One int8 step s for R rows (see the header). */
+/* One int8 step s for R rows (see the header): 1 row takes the sign form, sign(x, byte) = x * sign(w),
+ * exact with no correction (5 vector ops per step instead of 6; vpsignb's multiply pipe is free at 1 row),
+ * 2+ rows the xor form, which gives w * x - |w| where w < 0. */
 #define INT8_STEP(s)                                                                                     \
     do {                                                                                                 \
-        __m256i v = _mm256_loadu_si256((const __m256i *)(w + (s) * VB));                                 \
-        __m256i aw = _mm256_and_si256(v, low7), m = _mm256_cmpgt_epi8(zero, v);                         \
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + (s) * VB)), aw = _mm256_and_si256(v, low7); \
         const int8_t *x = xs + (s) * R * 4;                                                              \
-        for (int r = 0; r < R; r++)                                                                      \
-            a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_xor_si256(bcast4(x + 4 * r), m)), ones)); \
+        if (R == 1) {                                                                                    \
+            a[0] = _mm256_add_epi32(a[0], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(x), v)), ones)); \
+        } else {                                                                                         \
+            __m256i m = _mm256_cmpgt_epi8(zero, v);                                                      \
+            for (int r = 0; r < R; r++)                                                                  \
+                a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_xor_si256(bcast4(x + 4 * r), m)), ones)); \
+        }                                                                                                \
     } while (0)
 
 /* U steps per iteration (4 for 1-2 rows, 2 for more: registers), one prefetch per 64-byte line and no

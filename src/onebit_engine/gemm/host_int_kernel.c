@@ -43,7 +43,8 @@ typedef struct {
     int32_t path, fmt;
     int64_t n, k, steps;  /* steps: S per tile */
     const uint8_t *tiles; /* [ceil(n / T)][S][T][4] */
-    const int32_t *ccorr; /* [ceil(n / T) * T] added per channel (AVX2 int8: sum |w| over w < 0), or NULL */
+    const int32_t *ccorr; /* [ceil(n / T) * T] added per channel (AVX2 int8: sum |w| over w < 0, for the rows of
+                           * blocks of 2+ rows: the xor form), or NULL */
     const float *sw;      /* [n] */
 } hi_weight_t;
 
@@ -137,7 +138,8 @@ static void epilogue(const job_t *j, int64_t t, const int32_t *acc) {
         __m256 sw = full ? _mm256_loadu_ps(W->sw + n0 + c) : _mm256_maskload_ps(W->sw + n0 + c, mask);
         for (int64_t r = 0; r < j->m; r++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(acc + r * j->T + c));
-            v = _mm256_sub_epi32(_mm256_add_epi32(v, cc), _mm256_set1_epi32(j->rowcorr[r]));
+            if (j->m - (r - r % j->rb) > 1) v = _mm256_add_epi32(v, cc); /* not for a 1-row block (see ccorr) */
+            v = _mm256_sub_epi32(v, _mm256_set1_epi32(j->rowcorr[r]));
             if (j->sa) {
                 __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(j->sa[r])), sw);
                 float *y = j->y + r * W->n + n0 + c;
