@@ -197,10 +197,23 @@ static int64_t threads_for(const job_t *j, int64_t tiles, int threads) {
 
 /* Jobs of decreasing size, claimed as threads come free (guided: each takes 1/(2t) of the tiles not yet
  * handed out, at least MIN_JOB_TILES): the threads finish close together, and on a busy machine a thread
- * the scheduler keeps waiting holds up a small job, not half the call. */
+ * the scheduler keeps waiting holds up a small job, not half the call. Job i is tiles [b[i], b[i + 1]);
+ * returns the job count (1 on one thread). */
 #define MIN_JOB_TILES 4
+static int64_t plan_jobs(int64_t tiles, int64_t t, int64_t b[MAX_JOBS + 1]) {
+    int64_t nj = 0;
+    b[0] = 0;
+    for (int64_t t0 = 0; t0 < tiles || nj == 0; nj++) {
+        int64_t n = t == 1 ? tiles : (tiles - t0) / (2 * t);
+        if (t > 1 && n < MIN_JOB_TILES) n = MIN_JOB_TILES;
+        if (nj == MAX_JOBS - 1 || t0 + n > tiles) n = tiles - t0;
+        b[nj + 1] = t0 += n;
+    }
+    return nj;
+}
+
 static void run_all(job_t *base, int64_t tiles, int threads) {
-    int64_t t = threads_for(base, tiles, threads);
+    int64_t t = threads_for(base, tiles, threads), b[MAX_JOBS + 1], nj = plan_jobs(tiles, t, b);
     if (t == 1) {
         base->t0 = 0;
         base->t1 = tiles;
@@ -208,17 +221,26 @@ static void run_all(job_t *base, int64_t tiles, int threads) {
         return;
     }
     job_t jobs[MAX_JOBS];
-    int64_t nj = 0;
-    for (int64_t t0 = 0; t0 < tiles; nj++) {
-        int64_t n = (tiles - t0) / (2 * t);
-        if (n < MIN_JOB_TILES) n = MIN_JOB_TILES;
-        if (nj == MAX_JOBS - 1 || t0 + n > tiles) n = tiles - t0;
-        jobs[nj] = *base;
-        jobs[nj].t0 = t0;
-        jobs[nj].t1 = t0 += n;
+    for (int64_t i = 0; i < nj; i++) {
+        jobs[i] = *base;
+        jobs[i].t0 = b[i];
+        jobs[i].t1 = b[i + 1];
     }
     team_t team = {run_job, (char *)jobs, sizeof(job_t), (int)nj, 0};
     team_run(&team, (int)t);
+}
+
+/* For the tests: the threads and jobs a call of m rows would use, out = {threads, jobs, tiles of job 0,
+ * tiles of the last job}; returns 0, or -2 on a bad argument. */
+int onebit_hi_plan(const hi_weight_t *W, int64_t m, int threads, int64_t out[4]) {
+    if (!W || W->path < 0 || W->path > 1 || W->fmt < 0 || W->fmt > 2 || m < 1 || m > MAX_ROWS || threads < 1) return -2;
+    int64_t T = TILE_W[W->path], tiles = (W->n + T - 1) / T, b[MAX_JOBS + 1];
+    job_t j = {W, NULL, m, 0, T, ROW_BLOCK[W->path], CPB[W->fmt]};
+    out[0] = threads_for(&j, tiles, threads);
+    out[1] = plan_jobs(tiles, out[0], b);
+    out[2] = b[1] - b[0];
+    out[3] = b[out[1]] - b[out[1] - 1];
+    return 0;
 }
 
 /* ---- per-call buffers: one per calling thread, kept (malloc per call cost several us on small layers) */
