@@ -6,11 +6,12 @@
  * no horizontal sums are needed (the old per-channel layout spent a shuffle reduction per channel and
  * row, a large share of the small layers with K = 192).
  *  - int8: codes are stored as sign and magnitude (byte = |w| + 128 * (w < 0)), so |w| = byte & 0x7F and
- *    m = (w < 0 ? 0xFF : 0) = (byte as s8 < 0) take one op each (+128 needed three for the two: 7-9%
- *    of an 8-row call). The u8 operand is |w|, the s8 one x ^ m, i.e. x or -x - 1:
- *    |w| * (x ^ m) = w * x - |w| where w < 0. Pair sums stay
- *    <= 2 * 127 * 128 < 32767, and the caller adds sum(|w| over w < 0) per channel, precomputed at pack.
- *    (xor, not vpsignb: vpsignb takes one of the two multiply pipes on this CPU, vpxor does not.)
+ *    m = (w < 0 ? 0xFF : 0) = (byte as s8 < 0) take one op each (+128 needed three for the two: 4-8%
+ *    of an 8-row call: the 8-row mix is bound by vector ALU ops). 2+ rows: the u8 operand is |w|, the s8
+ *    one x ^ m, i.e. x or -x - 1: |w| * (x ^ m) = w * x - |w| where w < 0; pair sums stay <= 2 * 127 * 128
+ *    < 32767, and the caller adds sum(|w| over w < 0) per channel, precomputed at pack. (xor, not vpsignb:
+ *    vpsignb takes one of the two multiply pipes on this CPU, vpxor does not.) 1 row: vpsignb(x, byte),
+ *    exact, no correction: the multiply pipes are idle there, and it is one op fewer.
  *  - int4 / ternary: the stored fields are already code + 8 / code + 1 (u8); vpmaddubsw cannot saturate
  *    (pairs <= 2 * 15 * 127 and 2 * 2 * 127), groups of 4 (int4) / 16 (ternary) steps are summed in int16
  *    (<= 30480, 32512) before widening; the caller subtracts BIAS * sum(xq[r]) per row.

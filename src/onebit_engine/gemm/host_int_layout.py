@@ -16,10 +16,10 @@ ternary    bits ``2f`` ``code(16s + 4f + i) + 1``    ``ceil(K / 16)``
 
 (``code(k)`` of channel ``t * T + j``; padding holds code 0). ``avx2`` int8 stores sign and magnitude
 (``sign_magnitude``): its kernel needs ``|w|`` and the sign mask, which that form gives in one vector
-op each instead of three for the two (7-9% faster at 8 rows, docs/host-int.md). It replaces the codes of the file format
-(``QuantWeight.data``), it does not sit beside them: the same bytes up to the padding of N to a multiple
+op each instead of three for the two (4-8% faster at 8 rows, docs/host-int.md).
+It replaces the codes of the file format (``QuantWeight.data``), it does not sit beside them: the same bytes up to the padding of N to a multiple
 of ``T`` and of K to a whole step, plus, for ``avx2`` int8, one int32 per channel (``ccorr``: the sum
-of ``|w|`` over the negative codes, which the kernel's sign trick needs). ``to_quant()`` gives the file
+of ``|w|`` over the negative codes, which the kernel's xor form needs). ``to_quant()`` gives the file
 format back. ``tile_codes`` / ``untile_codes`` are the slow numpy twins of the C kernels' reading.
 """
 from __future__ import annotations
