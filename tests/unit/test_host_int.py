@@ -289,3 +289,12 @@ def test_guided_jobs_cover_every_tile_with_the_same_bits(kernel):
     x = rng.standard_normal((8, 256)).astype(np.float32)
     want = bs[1].matmul(x, p)
     assert np.array_equal(bs[2].matmul(x, p), want) and np.array_equal(bs[3].matmul(x, p), want)
+
+
+@pytest.mark.parametrize("kernel", NATIVE)
+def test_many_threads_plan_few_jobs(kernel):
+    """Up to 64 threads on a 152064-row weight: jobs of at least 1/128 of the tiles keep the count within MAX_JOBS
+    (256), so no job is a large remainder (without that floor, jobs shrinking by 1/128 would pass 256)."""
+    p = HostIntBackend(kernel=kernel).pack(np.ones((152064, 64), np.float32))
+    tiles, plan = p.tiles.shape[0], native.library_for(kernel).plan(p, 16, 64)
+    assert plan["threads"] > 32 and plan["jobs"] <= 256 and plan["last_job_tiles"] <= tiles // 128

@@ -196,16 +196,16 @@ static int64_t threads_for(const job_t *j, int64_t tiles, int threads) {
 #include "host_int_pool.h"
 
 /* Jobs of decreasing size, claimed as threads come free (guided: each takes 1/(2t) of the tiles not yet
- * handed out, at least MIN_JOB_TILES): the threads finish close together, and on a busy machine a thread
- * the scheduler keeps waiting holds up a small job, not half the call. Job i is tiles [b[i], b[i + 1]);
- * returns the job count (1 on one thread). */
+ * handed out, at least MIN_JOB_TILES and 1/128 of all, so there are at most ~128 + 2t ln 64 jobs): the
+ * threads finish close together, and on a busy machine a thread the scheduler keeps waiting holds up a
+ * small job, not half the call. Job i is tiles [b[i], b[i + 1]); returns the job count (1 on one thread). */
 #define MIN_JOB_TILES 4
 static int64_t plan_jobs(int64_t tiles, int64_t t, int64_t b[MAX_JOBS + 1]) {
-    int64_t nj = 0;
+    int64_t nj = 0, least = tiles / 128 > MIN_JOB_TILES ? tiles / 128 : MIN_JOB_TILES;
     b[0] = 0;
     for (int64_t t0 = 0; t0 < tiles || nj == 0; nj++) {
         int64_t n = t == 1 ? tiles : (tiles - t0) / (2 * t);
-        if (t > 1 && n < MIN_JOB_TILES) n = MIN_JOB_TILES;
+        if (t > 1 && n < least) n = least;
         if (nj == MAX_JOBS - 1 || t0 + n > tiles) n = tiles - t0;
         b[nj + 1] = t0 += n;
     }
