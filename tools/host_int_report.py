@@ -9,6 +9,7 @@ and a cProfile of the engine's decode step.
     python tools/host_int_report.py profile [--tokens 32] [--format int8]
     python tools/host_int_report.py floor   [--reps 60]    (compute floor of the int8 mix, 1 and 2 threads)
     python tools/host_int_report.py layers  [--rows 1,8] [--reps 200]  (one step's GEMMs of the built-in pair)
+    python tools/host_int_report.py medium  [--threads 1,2] [--reps 20] [--format int8]  (one step's GEMMs, medium config)
     python tools/host_int_report.py overhead [--reps 2000]   (per-call cost of an 8 x 8 layer)
     python tools/host_int_report.py pool-busy [--reps 200]   (2-thread median with a busy competitor / without)
     python tools/host_int_report.py ab --old-src DIR --run layers [--rounds 8]   (old tree vs this one)
@@ -149,6 +150,59 @@ def layers(args):
     print(json.dumps(out))
 
 
+def medium_gemms(fmt, threads=1):
+    """The backend and one step's GEMMs of the medium config (random weights, 110 MB in int8: more than L3),
+    in the order a step runs them: lm_head, then per layer the mixer's in / qkv and out / o projection and
+    the MLP's gate_up and down."""
+    cfg = medium_config()
+    b = HostIntBackend(weight_format=fmt, threads=threads)
+    t = Target(cfg, random_weights(cfg, 0, 1.0), backend=b, row_set=8)
+    lins = [t.lm_head]
+    for layer in t.layers:
+        m = layer.mixer
+        lins += [getattr(m, "in_proj", None) or m.qkv_proj, getattr(m, "out_proj", None) or m.o_proj,
+                 layer.mlp.gate_up, layer.mlp.down]
+    return b, [lin.packed for lin in lins]
+
+
+def medium(args):
+    """The medium config's GEMMs of one step, whole list in order, at each row count and thread count: min and
+    median over --reps repeats, the (threads, rows) cases in a shuffled order every repeat, each case after an
+    untimed pass (pool and core awake, weights as cold as the list leaves them). Ends with a JSON line (`ab`)."""
+    import json
+    import random
+
+    b, packed = medium_gemms(args.format)
+    rng = np.random.default_rng(0)
+    rows, ths = [int(r) for r in args.rows.split(",")], [int(t) for t in args.threads.split(",")]
+    xs = {m: [rng.standard_normal((m, p.shape[1])).astype(np.float32) for p in packed] for m in rows}
+    ts = {(th, m): [] for th in ths for m in rows}
+    for _ in range(args.reps):
+        for th, m in random.sample(sorted(ts), len(ts)):
+            b.threads = th
+            for x, p in zip(xs[m], packed):
+                b.matmul(x, p)
+            t = time.perf_counter()
+            for x, p in zip(xs[m], packed):
+                b.matmul(x, p)
+            ts[(th, m)].append(time.perf_counter() - t)
+    weights, nbytes = sum(p.shape[0] * p.shape[1] for p in packed), sum(_weight_bytes(p) for p in packed)
+    out = {}
+    print(f"{len(packed)} GEMMs, {weights / 1e6:.1f} M weights, {nbytes / 1e6:.1f} MB of {args.format} tiles")
+    print("| format | threads | rows | min ms | median ms | GB/s (min) | GMAC/s (min) | rows / 1 row (min, median) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for th in ths:
+        for m in rows:
+            v = ts[(th, m)]
+            lo, med = min(v), float(np.median(v))
+            r1 = ts.get((th, 1))
+            ratio = f"{lo / min(r1):.2f}, {med / float(np.median(r1)):.2f}" if r1 else "-"
+            print(f"| {args.format} | {th} | {m} | {lo * 1e3:.2f} | {med * 1e3:.2f} | {nbytes / lo / 1e9:.1f} | "
+                  f"{m * weights / lo / 1e9:.1f} | {ratio} |", flush=True)
+            out.update({f"t{th}_r{m}_min_ms": lo * 1e3, f"t{th}_r{m}_median_ms": med * 1e3})
+    print(json.dumps(out))
+
+
 def overhead(args):
     """Per-call cost of the smallest layer (8 x 8, 1 row): min over --reps calls, and the median."""
     import json
@@ -218,7 +272,8 @@ def ab(args):
     from pathlib import Path
 
     trees = {"old": str(Path(args.old_src).resolve()), "new": str(Path(__file__).resolve().parents[1] / "src")}
-    cmd = [sys.executable, __file__, args.run, "--reps", str(args.reps), "--rows", args.rows, "--threads", args.threads]
+    cmd = [sys.executable, __file__, args.run, "--reps", str(args.reps), "--rows", args.rows, "--threads", args.threads,
+           "--format", args.format]
     best: dict = {"old": {}, "new": {}}
     for _ in range(args.rounds):
         for name in random.sample(list(trees), 2):
@@ -468,7 +523,7 @@ def profile(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["kernel", "model-verify", "quality", "quality-trained", "decode", "profile", "floor",
-                                     "layers", "overhead", "pool-busy", "ab"])
+                                     "layers", "medium", "overhead", "pool-busy", "ab"])
     ap.add_argument("--kernel", default="", help="host-int path(s), comma separated (default: each native one here)")
     ap.add_argument("--rows", default="1,8")
     ap.add_argument("--rounds", type=int, default=8)
@@ -484,7 +539,7 @@ def main():
         args.threads = int(args.threads)
     args.tokens = args.tokens or {"quality": 300, "quality-trained": 300, "decode": 64, "profile": 32}.get(args.what, 0)
     {"kernel": kernel, "model-verify": model_verify, "quality": quality, "quality-trained": quality_trained, "decode": decode,
-     "profile": profile, "floor": floor, "layers": layers, "overhead": overhead, "pool-busy": pool_busy, "ab": ab}[args.what](args)
+     "profile": profile, "floor": floor, "layers": layers, "medium": medium, "overhead": overhead, "pool-busy": pool_busy, "ab": ab}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -257,3 +257,44 @@ def test_errors_name_value_and_fix():
         b = HostIntBackend(kernel="avx2")
         with pytest.raises(ValueError, match="pack it with this backend's pack"):
             b.matmul(np.ones((1, 2), np.float32), quantize_weight(np.ones((2, 2), np.float32)))
+
+
+@pytest.mark.parametrize("kernel", NATIVE)
+@pytest.mark.parametrize("fmt", ["int4", "ternary"])
+def test_compute_bound_calls_split_by_work_with_the_same_bits(kernel, fmt):
+    """int4 / ternary 768 x 768 is too few bytes for a second thread at 1 row, but at 8 rows (avx2; 16 on the
+    VNNI layout, whose MACs are counted cheaper) the work splits it; the 2-thread result is the 1-thread one,
+    bit for bit."""
+    rng = np.random.default_rng(11)
+    b1, b2 = HostIntBackend(weight_format=fmt, threads=1, kernel=kernel), HostIntBackend(weight_format=fmt, threads=2, kernel=kernel)
+    p = b1.pack(rng.standard_normal((768, 768)).astype(np.float32))
+    lib = native.library_for(kernel)
+    m = 8 if kernel == "avx2" else 16
+    assert lib.plan(p, 1, 2)["threads"] == 1 and lib.plan(p, m, 2)["threads"] == 2
+    x = rng.standard_normal((m, 768)).astype(np.float32)
+    assert np.array_equal(b2.matmul(x, p), b1.matmul(x, p))
+
+
+@pytest.mark.parametrize("kernel", NATIVE)
+def test_guided_jobs_cover_every_tile_with_the_same_bits(kernel):
+    """Jobs shrink from 1/(2t) of the tiles to MIN_JOB_TILES (4) and stay within MAX_JOBS (256) on a wide
+    weight; 1, 2 and 3 threads give the same bits, including a partial last tile (N = 4100)."""
+    rng = np.random.default_rng(12)
+    bs = {t: HostIntBackend(threads=t, kernel=kernel) for t in (1, 2, 3)}
+    p = bs[1].pack(rng.standard_normal((4100, 256)).astype(np.float32))
+    lib, tiles = native.library_for(kernel), p.tiles.shape[0]
+    plan = lib.plan(p, 8, 3)
+    assert plan["threads"] == 3 and plan["first_job_tiles"] == tiles // 6 and plan["last_job_tiles"] <= 4
+    assert plan["jobs"] <= 256 and lib.plan(p, 8, 1) == {"threads": 1, "jobs": 1, "first_job_tiles": tiles, "last_job_tiles": tiles}
+    x = rng.standard_normal((8, 256)).astype(np.float32)
+    want = bs[1].matmul(x, p)
+    assert np.array_equal(bs[2].matmul(x, p), want) and np.array_equal(bs[3].matmul(x, p), want)
+
+
+@pytest.mark.parametrize("kernel", NATIVE)
+def test_many_threads_plan_few_jobs(kernel):
+    """Up to 64 threads on a 152064-row weight: jobs of at least 1/128 of the tiles keep the count within MAX_JOBS
+    (256), so no job is a large remainder (without that floor, jobs shrinking by 1/128 would pass 256)."""
+    p = HostIntBackend(kernel=kernel).pack(np.ones((152064, 64), np.float32))
+    tiles, plan = p.tiles.shape[0], native.library_for(kernel).plan(p, 16, 64)
+    assert plan["threads"] > 32 and plan["jobs"] <= 256 and plan["last_job_tiles"] <= tiles // 128

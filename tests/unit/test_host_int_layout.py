@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from onebit_engine.gemm.host_int_layout import TILE_WIDTH, TiledWeight, negative_sums, tile_codes, untile_codes
+from onebit_engine.gemm.host_int_layout import (TILE_WIDTH, TiledWeight, negative_sums, sign_magnitude, tile_codes,
+                                                untile_codes)
 from onebit_engine.quant import FORMATS, quantize_weight
 from onebit_engine.quant.formats import QMAX
 
@@ -16,6 +17,8 @@ from onebit_engine.quant.formats import QMAX
 def test_tile_untile_round_trip(fmt, width, n, k, seed):
     q = np.random.default_rng(seed).integers(-QMAX[fmt], QMAX[fmt] + 1, (n, k)).astype(np.int8)
     assert np.array_equal(untile_codes(tile_codes(q, fmt, width), fmt, n, k), q)
+    if fmt == "int8":
+        assert np.array_equal(untile_codes(tile_codes(q, fmt, width, True), fmt, n, k, True), q)
 
 
 def test_tile_layout_is_pinned():
@@ -27,6 +30,15 @@ def test_tile_layout_is_pinned():
     assert t4.shape == (1, 2, 16, 4) and t4[0, 0, 1, 1] == (5 << 4) | 8 and t4[0, 1, 0, 0] == (9 << 4) | 8
     tt = tile_codes(np.clip(q, -1, 1), "ternary", 8)  # k = 16s + 4f + i at bits 2f
     assert tt[0, 0, 1, 1] == 0b01_01_00_01 and tt[0, 0, 0, 0] == 0b10_01_01_01
+    sm = tile_codes(q, "int8", 8, True)  # sign and magnitude: |code| + 128 * (code < 0), padding 0
+    assert sm[0, 1, 1, 1] == 128 + 3 and sm[0, 3, 0, 0] == 1 and sm[0, 0, 5, 0] == 0 and sm[0, 1, 1, 0] == 0
+    edge = tile_codes(np.array([[-127, 127, 0, -1]], np.int8), "int8", 8, True)
+    assert edge[0, 0, 0].tolist() == [255, 127, 0, 129]
+
+
+def test_which_paths_store_sign_and_magnitude():
+    assert sign_magnitude("avx2", "int8")
+    assert not any(sign_magnitude(p, f) for p in TILE_WIDTH for f in FORMATS if (p, f) != ("avx2", "int8"))
 
 
 def test_negative_sums():

@@ -16,6 +16,7 @@
  * The path runs only where cpuid and xgetbv (read here, at run time) say the CPU and OS support it.
  */
 #include <cpuid.h>
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,7 +43,8 @@ typedef struct {
     int32_t path, fmt;
     int64_t n, k, steps;  /* steps: S per tile */
     const uint8_t *tiles; /* [ceil(n / T)][S][T][4] */
-    const int32_t *ccorr; /* [ceil(n / T) * T] added per channel (AVX2 int8: sum |w| over w < 0), or NULL */
+    const int32_t *ccorr; /* [ceil(n / T) * T] added per channel (AVX2 int8: sum |w| over w < 0, for the rows of
+                           * blocks of 2+ rows: the xor form), or NULL */
     const float *sw;      /* [n] */
 } hi_weight_t;
 
@@ -122,20 +124,32 @@ int onebit_hi_path_ok(int path) {
 int onebit_hi_abi_version(void) { return 2; }
 
 /* ---- the tiled product ---------------------------------------------------------------------------- */
+/* 8 channels at a time (a scalar loop was ~8% of the instructions of an 8-row call at K = 768); a partial
+ * last tile uses masked loads and stores, so nothing past sw[n - 1] or row r's outputs is touched.
+ * vcvtdq2ps rounds like the scalar (float) cast, and the two multiplies stay separate (-ffp-contract=off). */
 static void epilogue(const job_t *j, int64_t t, const int32_t *acc) {
     const hi_weight_t *W = j->w;
     int64_t n0 = t * j->T, nn = W->n - n0 < j->T ? W->n - n0 : j->T;
-    for (int64_t r = 0; r < j->m; r++) {
-        const int32_t *a = acc + r * j->T;
-        uint32_t rc = (uint32_t)j->rowcorr[r];
-        int32_t v[16];
-        for (int64_t c = 0; c < nn; c++)
-            v[c] = (int32_t)((uint32_t)a[c] + (W->ccorr ? (uint32_t)W->ccorr[n0 + c] : 0u) - rc);
-        if (j->sa) {
-            float sa = j->sa[r], *y = j->y + r * W->n + n0;
-            for (int64_t c = 0; c < nn; c++) y[c] = ((float)v[c] * sa) * W->sw[n0 + c];
-        } else {
-            memcpy(j->acc + r * W->n + n0, v, (size_t)nn * sizeof(int32_t));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t c = 0; c < nn; c += 8) {
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nn - c)), lane);
+        int full = nn - c >= 8;
+        __m256i cc = W->ccorr ? _mm256_loadu_si256((const __m256i *)(W->ccorr + n0 + c)) : _mm256_setzero_si256();
+        __m256 sw = full ? _mm256_loadu_ps(W->sw + n0 + c) : _mm256_maskload_ps(W->sw + n0 + c, mask);
+        for (int64_t r = 0; r < j->m; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(acc + r * j->T + c));
+            if (j->m - (r - r % j->rb) > 1) v = _mm256_add_epi32(v, cc); /* not for a 1-row block (see ccorr) */
+            v = _mm256_sub_epi32(v, _mm256_set1_epi32(j->rowcorr[r]));
+            if (j->sa) {
+                __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(j->sa[r])), sw);
+                float *y = j->y + r * W->n + n0 + c;
+                if (full) _mm256_storeu_ps(y, f);
+                else _mm256_maskstore_ps(y, mask, f);
+            } else {
+                int32_t *o = j->acc + r * W->n + n0 + c;
+                if (full) _mm256_storeu_si256((__m256i *)o, v);
+                else _mm256_maskstore_epi32(o, mask, v);
+            }
         }
     }
 }
@@ -162,10 +176,17 @@ static void run_job(void *arg) {
     }
 }
 
-/* Threads actually used: at most `threads`, and only when each gets >= 256 KiB of packed weights
- * (waking a pooled worker costs up to tens of us when it sleeps). Bits do not depend on it. */
-static int64_t threads_for(int64_t tiles, int64_t tile_bytes, int threads) {
-    int64_t t = (tiles * tile_bytes) / (256 * 1024);
+/* Threads actually used: at most `threads`, and only when each gets about 20 us of work or more (waking
+ * a pooled worker costs up to tens of us when it sleeps). Work is counted in bytes of a 1-row weight
+ * stream (256 KiB per thread, ~20 us here) or, when larger, in multiply-adds: MACS_PER_BYTE[path][fmt]
+ * MACs take the time of one streamed byte (avx2, 1 thread: ~14 bytes/ns at 1 row; ~60 / 100 / 120 MACs/ns
+ * int8 / int4 / ternary at 8 rows; vnni: a guess, not measured). By bytes alone the int4 and ternary
+ * layers of the medium config ran their compute-bound 8-row calls on one thread. Bits do not depend on it. */
+static const int64_t MACS_PER_BYTE[2][3] = {{4, 7, 8}, {16, 16, 16}};
+static int64_t threads_for(const job_t *j, int64_t tiles, int threads) {
+    int64_t bytes = tiles * j->w->steps * 4 * j->T, macs = bytes * j->cpb * j->m;
+    int64_t work = macs / MACS_PER_BYTE[j->w->path][j->w->fmt];
+    int64_t t = (work > bytes ? work : bytes) / (256 * 1024);
     if (t > threads) t = threads;
     if (t > tiles) t = tiles;
     if (t > MAX_THREADS) t = MAX_THREADS;
@@ -174,27 +195,52 @@ static int64_t threads_for(int64_t tiles, int64_t tile_bytes, int threads) {
 
 #include "host_int_pool.h"
 
-/* Several jobs per thread (JOBS_PER_THREAD), claimed as threads come free: on a busy machine a thread
- * the scheduler keeps waiting holds up one job, not half the call. */
-#define JOBS_PER_THREAD 4
+/* Jobs of decreasing size, claimed as threads come free (guided: each takes 1/(2t) of the tiles not yet
+ * handed out, at least MIN_JOB_TILES and 1/128 of all, so there are at most ~128 + 2t ln 64 jobs): the
+ * threads finish close together, and on a busy machine a thread the scheduler keeps waiting holds up a
+ * small job, not half the call. Job i is tiles [b[i], b[i + 1]); returns the job count (1 on one thread). */
+#define MIN_JOB_TILES 4
+static int64_t plan_jobs(int64_t tiles, int64_t t, int64_t b[MAX_JOBS + 1]) {
+    int64_t nj = 0, least = tiles / 128 > MIN_JOB_TILES ? tiles / 128 : MIN_JOB_TILES;
+    b[0] = 0;
+    for (int64_t t0 = 0; t0 < tiles || nj == 0; nj++) {
+        int64_t n = t == 1 ? tiles : (tiles - t0) / (2 * t);
+        if (t > 1 && n < least) n = least;
+        if (nj == MAX_JOBS - 1 || t0 + n > tiles) n = tiles - t0;
+        b[nj + 1] = t0 += n;
+    }
+    return nj;
+}
+
 static void run_all(job_t *base, int64_t tiles, int threads) {
-    int64_t t = threads_for(tiles, base->w->steps * 4 * base->T, threads);
+    int64_t t = threads_for(base, tiles, threads), b[MAX_JOBS + 1], nj = plan_jobs(tiles, t, b);
     if (t == 1) {
         base->t0 = 0;
         base->t1 = tiles;
         run_job(base);
         return;
     }
-    int64_t nj = t * JOBS_PER_THREAD < tiles ? t * JOBS_PER_THREAD : tiles;
     job_t jobs[MAX_JOBS];
-    if (nj > MAX_JOBS) nj = MAX_JOBS;
     for (int64_t i = 0; i < nj; i++) {
         jobs[i] = *base;
-        jobs[i].t0 = tiles * i / nj;
-        jobs[i].t1 = tiles * (i + 1) / nj;
+        jobs[i].t0 = b[i];
+        jobs[i].t1 = b[i + 1];
     }
     team_t team = {run_job, (char *)jobs, sizeof(job_t), (int)nj, 0};
     team_run(&team, (int)t);
+}
+
+/* For the tests: the threads and jobs a call of m rows would use, out = {threads, jobs, tiles of job 0,
+ * tiles of the last job}; returns 0, or -2 on a bad argument. */
+int onebit_hi_plan(const hi_weight_t *W, int64_t m, int threads, int64_t out[4]) {
+    if (!W || W->path < 0 || W->path > 1 || W->fmt < 0 || W->fmt > 2 || m < 1 || m > MAX_ROWS || threads < 1) return -2;
+    int64_t T = TILE_W[W->path], tiles = (W->n + T - 1) / T, b[MAX_JOBS + 1];
+    job_t j = {W, NULL, m, 0, T, ROW_BLOCK[W->path], CPB[W->fmt]};
+    out[0] = threads_for(&j, tiles, threads);
+    out[1] = plan_jobs(tiles, out[0], b);
+    out[2] = b[1] - b[0];
+    out[3] = b[out[1]] - b[out[1] - 1];
+    return 0;
 }
 
 /* ---- per-call buffers: one per calling thread, kept (malloc per call cost several us on small layers) */

@@ -7,16 +7,19 @@ vector load of ``T * 4`` bytes and byte ``4 * j + i`` of it holds channel ``j``'
 =========  ======================================  =======================
 format     byte ``(t, s, j, i)``                     steps ``S``
 =========  ======================================  =======================
-int8       ``code(4s + i) + 128``                    ``ceil(K / 4)``
+int8       ``code(4s + i) + 128`` (``avx512vnni``)   ``ceil(K / 4)``
+           ``|code| + 128 * (code < 0)`` (``avx2``)
 int4       low nibble ``code(8s + i) + 8``,          ``ceil(K / 8)``
            high nibble ``code(8s + 4 + i) + 8``
 ternary    bits ``2f`` ``code(16s + 4f + i) + 1``    ``ceil(K / 16)``
 =========  ======================================  =======================
 
-(``code(k)`` of channel ``t * T + j``; padding holds code 0). It replaces the codes of the file format
-(``QuantWeight.data``), it does not sit beside them: the same bytes up to the padding of N to a multiple
+(``code(k)`` of channel ``t * T + j``; padding holds code 0). ``avx2`` int8 stores sign and magnitude
+(``sign_magnitude``): its kernel needs ``|w|`` and the sign mask, which that form gives in one vector
+op each instead of three for the two (4-8% faster at 8 rows, docs/host-int.md).
+It replaces the codes of the file format (``QuantWeight.data``), it does not sit beside them: the same bytes up to the padding of N to a multiple
 of ``T`` and of K to a whole step, plus, for ``avx2`` int8, one int32 per channel (``ccorr``: the sum
-of ``|w|`` over the negative codes, which the kernel's sign trick needs). ``to_quant()`` gives the file
+of ``|w|`` over the negative codes, which the kernel's xor form needs). ``to_quant()`` gives the file
 format back. ``tile_codes`` / ``untile_codes`` are the slow numpy twins of the C kernels' reading.
 """
 from __future__ import annotations
@@ -41,14 +44,23 @@ def steps(fmt: str, k: int) -> int:
     return -(-k // (4 * CODES_PER_BYTE[fmt]))
 
 
-def tile_codes(codes: np.ndarray, fmt: str, width: int) -> np.ndarray:
+def sign_magnitude(path: str, fmt: str) -> bool:
+    """Whether ``path`` stores ``fmt`` as sign and magnitude (avx2 int8) rather than code + BIAS."""
+    return path == "avx2" and fmt == "int8"
+
+
+def tile_codes(codes: np.ndarray, fmt: str, width: int, signmag: bool = False) -> np.ndarray:
     """int8 codes ``[N, K]`` -> tiles ``[ceil(N / width), S, width, 4]`` uint8 (module table)."""
     n, k = codes.shape
     cpb, s = CODES_PER_BYTE[fmt], steps(fmt, k)
     nt = -(-n // width)
+    c = codes.astype(np.int16)
     biased = np.zeros((nt * width, s * 4 * cpb), np.uint16)
-    biased[:] = BIAS[fmt]  # padding: code 0
-    biased[:n, :k] = codes.astype(np.int16) + BIAS[fmt]
+    if signmag:  # int8 only; padding: 0 = code 0
+        biased[:n, :k] = np.where(c < 0, 128 - c, c)
+    else:
+        biased[:] = BIAS[fmt]  # padding: code 0
+        biased[:n, :k] = c + BIAS[fmt]
     fields = biased.reshape(nt, width, s, cpb, 4)  # [t, j, s, f, i]: k = (s * cpb + f) * 4 + i
     packed = np.zeros((nt, width, s, 4), np.uint16)
     for f in range(cpb):
@@ -56,13 +68,15 @@ def tile_codes(codes: np.ndarray, fmt: str, width: int) -> np.ndarray:
     return np.ascontiguousarray(packed.transpose(0, 2, 1, 3).astype(np.uint8))  # [t, s, j, i]
 
 
-def untile_codes(tiles: np.ndarray, fmt: str, n: int, k: int) -> np.ndarray:
+def untile_codes(tiles: np.ndarray, fmt: str, n: int, k: int, signmag: bool = False) -> np.ndarray:
     """The inverse of ``tile_codes``: tiles -> int8 codes ``[n, k]``."""
     nt, s, width, _ = tiles.shape
     cpb, bits = CODES_PER_BYTE[fmt], FIELD_BITS[fmt]
     b = tiles.transpose(0, 2, 1, 3).astype(np.int16)  # [t, j, s, i]
     fields = np.stack([(b >> (bits * f)) & ((1 << bits) - 1) for f in range(cpb)], axis=3)  # [t, j, s, f, i]
-    return (fields.reshape(nt * width, s * cpb * 4) - BIAS[fmt])[:n, :k].astype(np.int8)
+    v = fields.reshape(nt * width, s * cpb * 4)
+    v = np.where(v & 0x80, -(v & 0x7F), v) if signmag else v - BIAS[fmt]
+    return v[:n, :k].astype(np.int8)
 
 
 def negative_sums(codes: np.ndarray, width: int) -> np.ndarray:
@@ -110,7 +124,8 @@ class TiledWeight:
     def from_quant(cls, qw: QuantWeight, path: str) -> "TiledWeight":
         codes, t = qw.codes(), TILE_WIDTH[path]
         ccorr = negative_sums(codes, t) if (path == "avx2" and qw.fmt == "int8") else None
-        return cls(qw.fmt, qw.shape, np.ascontiguousarray(qw.scale), tile_codes(codes, qw.fmt, t), path, ccorr)
+        tiles = tile_codes(codes, qw.fmt, t, sign_magnitude(path, qw.fmt))
+        return cls(qw.fmt, qw.shape, np.ascontiguousarray(qw.scale), tiles, path, ccorr)
 
     @cached_property
     def c_struct(self) -> tuple[_WeightStruct, int]:
@@ -126,7 +141,7 @@ class TiledWeight:
 
     def codes(self) -> np.ndarray:
         """The integer codes as int8 ``[N, K]`` (slow numpy decoder)."""
-        return untile_codes(self.tiles, self.fmt, *self.shape)
+        return untile_codes(self.tiles, self.fmt, *self.shape, sign_magnitude(self.path, self.fmt))
 
     def dequantize(self) -> np.ndarray:
         return self.codes().astype(np.float32) * self.scale[:, None]

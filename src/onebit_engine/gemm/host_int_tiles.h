@@ -4,7 +4,7 @@
  * Layout (gemm/host_int_layout.py is the numpy twin): a weight [N, K] is stored as tiles of T output
  * channels (T = 8 for AVX2, 16 for VNNI), each a run of S steps of T * 4 bytes; byte 4 * j + i of step s
  * of tile t belongs to channel t * T + j and holds biased codes (code + BIAS, so every field is unsigned):
- *   int8:    code(k = 4s + i) + 128
+ *   int8:    code(k = 4s + i) + 128 (VNNI); |code| + 128 * (code < 0), sign and magnitude (AVX2)
  *   int4:    low nibble code(k = 8s + i) + 8, high nibble code(k = 8s + 4 + i) + 8
  *   ternary: bits 2f..2f+1 code(k = 16s + 4f + i) + 1, f = 0..3
  * Padding (k >= K, n >= N) holds code 0. One step is one vector load (32 or 64 bytes) for T channels.
@@ -21,7 +21,9 @@
 #define FMT_TERNARY 2
 #define PATH_AVX2 0
 #define PATH_VNNI 1
+#ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD 2048 /* bytes of weight stream prefetched ahead (see host_int_kernel.c) */
+#endif
 
 /* Add the products of steps [0, ns) of one tile (w: its first step) with the R rows of xs (from the
  * block's first group of this K range) into acc [R][T] int32 (modulo 2^32; read unless init). The

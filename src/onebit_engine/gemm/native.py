@@ -143,6 +143,8 @@ class NativeKernel:
         self._gemm_int = lib.onebit_hi_gemm_int
         self._gemm_int.argtypes = [p, p, i64, p, c_int, i64]
         self._gemm_int.restype = c_int
+        lib.onebit_hi_plan.argtypes = [p, i64, c_int, p]
+        lib.onebit_hi_plan.restype = c_int
         self.data_off = _array_data_offset()
 
     def cpu_flags(self) -> dict[str, bool]:
@@ -171,6 +173,13 @@ class NativeKernel:
             return -1 - rc
         raise RuntimeError(f"native host-int kernel failed with code {rc} (m={m}, shape={tw.shape}, fmt={tw.fmt}, "
                            f"path={tw.path})")
+
+    def plan(self, tw: TiledWeight, m: int, threads: int) -> dict[str, int]:
+        """The threads and jobs a call of ``m`` rows would use (tests; bits never depend on them)."""
+        out = (ctypes.c_int64 * 4)()
+        if self.lib.onebit_hi_plan(tw.c_struct[1], m, threads, out):
+            raise ValueError(f"bad plan arguments: m={m}, threads={threads}")
+        return {"threads": out[0], "jobs": out[1], "first_job_tiles": out[2], "last_job_tiles": out[3]}
 
     def gemm_int(self, xq: np.ndarray, tw: TiledWeight, threads: int, kb: int = 0) -> np.ndarray:
         """Exact int32 ``xq [m, k] @ codes.T`` for int8 C-contiguous codes, 1 <= m <= 16."""
