@@ -101,6 +101,11 @@ def main(argv=None) -> int:
         all_prompts = default_prompts()
     results = {"backend": args.backend, "row_set": args.row_set, "new_tokens": args.new_tokens,
                "pair": args.pair or "builtin", "kinds": {}}
+    # Warm-up, untimed: loading the compiled kernels and first-touch memory must not land on whichever
+    # mode runs first. (The timings here are still one fixed order; benchmarks.md §0 has interleaved ones.)
+    first = tok.encode(all_prompts[0]["text"])
+    generate(target, first, max_new_tokens=8, stop_tokens=[])
+    run_speculative(target, draft, first, 8, max(args.ks))
     for kind in ("code", "prose"):
         prompts = [p for p in all_prompts if p["kind"] == kind]
         if args.limit:
