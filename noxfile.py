@@ -43,6 +43,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks (pytest-benchmark, one process, ratios taken in one run), then docs/benchmarks.md."""
     _install(session, "test,oracle,fast,cli,bench")
     env = {"ONEBIT_BENCH": "1", **ONE_THREAD}
+    os.makedirs(".bench", exist_ok=True)  # pytest-benchmark does not create the folder of --benchmark-json
     session.run("pytest", "tests/bench", "-p", "no:xdist", "-p", "no:cacheprovider", "--benchmark-enable",
                 "--benchmark-only", "--benchmark-json=.bench/bench.json", *session.posargs, env=env)
     # The page is rendered from this very run (plus the host-int report's own measurements), not a second one.
