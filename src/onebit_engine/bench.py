@@ -3,8 +3,8 @@
 ``run_bench`` decodes a prompt set, repeated, three ways with one build: plain decoding on the
 speculative loop's own target (same backend, row set and kernel set), plain decoding of a second
 target at its fastest row set (1 row: padding a plain step to 8 rows must not flatter the ratio), and
-the speculative loop. Within a repeat the three are interleaved (in a rotating order) so a noisy,
-shared machine slows them alike. Reported: per-mode medians over repeats and the ratios, the measured
+the speculative loop. Within a repeat the three are interleaved in a shuffled order (``sweep``) so a
+noisy, shared machine slows them alike. Reported: per-mode medians over repeats and the ratios, the measured
 acceptance, and the speedup that acceptance predicts from the measured costs (Leviathan et al.).
 
 ``compare`` puts two result files side by side and refuses when their provenance differs: a
@@ -48,35 +48,21 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
                                                       commit_path=commit_path, stop_tokens=()),
     }
     names = list(modes)
-    for p in prompts[:1]:  # warm-up: numba compilation, caches and first-touch memory, outside the timing
-        for name in names:
-            modes[name](p)
+    doc = sweep(modes, prompts, repeats=repeats, progress=progress)
     runs: list[dict[str, Any]] = []
-    identical, first_diff = True, None
     for r in range(repeats):
-        order = names[r % 3:] + names[: r % 3]
-        tot = {n: [0, 0.0] for n in names}  # tokens after the first, decode seconds
-        plain_tokens, spec_rounds = {}, []
-        for i, p in enumerate(prompts):
-            for name in order:
-                res = modes[name](p)
-                tot[name][0] += max(len(res.tokens) - 1, 0)
-                tot[name][1] += res.decode_s
-                if name == "plain":
-                    plain_tokens[i] = res.tokens
-                if name == "speculative":
-                    spec_rounds.extend(res.rounds)
-                    spec_tokens = res.tokens
-                if progress:
-                    progress(1)
-            if spec_tokens != plain_tokens[i] and identical:
-                identical = False
-                j = next((t for t, (a, b) in enumerate(zip(spec_tokens, plain_tokens[i])) if a != b),
-                         min(len(spec_tokens), len(plain_tokens[i])))
-                first_diff = {"prompt": i, "token": j}
-        run = {n: tot[n][0] / tot[n][1] if tot[n][1] > 0 else float("nan") for n in names}
-        run.update(_round_stats(spec_rounds, k))
+        run = {n: doc["all_tokens_per_s"][n][r] for n in names}
+        run.update(_round_stats(doc["rounds"]["speculative"][r], k))
         runs.append(run)
+    identical, first_diff = True, None
+    for i in range(len(prompts)):  # greedy runs are deterministic: the last repeat's tokens stand for all
+        spec_tokens, plain_tokens = doc["tokens"]["speculative"][i], doc["tokens"]["plain"][i]
+        if spec_tokens != plain_tokens:
+            identical = False
+            j = next((t for t, (a, b) in enumerate(zip(spec_tokens, plain_tokens)) if a != b),
+                     min(len(spec_tokens), len(plain_tokens)))
+            first_diff = {"prompt": i, "token": j}
+            break
     med = {n: float(np.median([r[n] for r in runs])) for n in names}
     stats = {key: float(np.median([r[key] for r in runs])) for key in runs[0] if key not in names}
     step_ms = 1e3 / med["plain"] if med["plain"] > 0 else float("nan")
@@ -110,12 +96,14 @@ def _round_stats(rounds, k: int) -> dict[str, float]:
 
 
 def sweep(variants: dict[str, Callable[[Sequence[int]], Any]], prompts: Sequence[Sequence[int]], *, repeats: int = 3,
-          seed: int = 0, before: Callable[[str], None] | None = None) -> dict[str, Any]:
+          seed: int = 0, before: Callable[[str], None] | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Decode ``prompts`` with every variant, ``repeats`` times, in a freshly shuffled order every repeat
-    (a fixed order on a shared VM shows 10-20% "gains" that are only the order). ``before(name)`` runs
-    untimed before each variant (e.g. to set its thread count). Returns per variant the median over
-    repeats of tokens/s (tokens after the first over decode seconds, summed over prompts), the last
-    repeat's tokens and rounds, for the caller to check identity and acceptance."""
+    (a fixed order on a shared VM shows 10-20% "gains" that are only the order), after one untimed
+    warm-up run of each (compilation, caches, first-touch memory). ``before(name)`` runs untimed before
+    each variant (e.g. to set its thread count); ``progress(1)`` after each timed run. Returns per
+    variant: the median over repeats of tokens/s (tokens after the first over decode seconds, summed
+    over prompts) and every repeat's figure, each prompt's tokens (last repeat), the rounds of every
+    repeat (speculative variants) and their pooled statistics."""
     import random
 
     if repeats < 1:
@@ -123,16 +111,18 @@ def sweep(variants: dict[str, Callable[[Sequence[int]], Any]], prompts: Sequence
     names = list(variants)
     order = [(n, i) for n in names for i in range(len(prompts))]
     rng = random.Random(seed)
-    for n in names:  # warm-up: compilation, caches and first-touch memory, outside the timing
+    for n in names:
         if before:
             before(n)
         variants[n](prompts[0])
     rates: dict[str, list[float]] = {n: [] for n in names}
     tokens: dict[str, dict[int, list[int]]] = {n: {} for n in names}
-    rounds: dict[str, list] = {n: [] for n in names}
+    rounds: dict[str, list[list]] = {n: [] for n in names}
     for _ in range(repeats):
         rng.shuffle(order)
         tot = {n: [0, 0.0] for n in names}
+        for n in names:
+            rounds[n].append([])
         for n, i in order:
             if before:
                 before(n)
@@ -140,11 +130,14 @@ def sweep(variants: dict[str, Callable[[Sequence[int]], Any]], prompts: Sequence
             tot[n][0] += max(len(res.tokens) - 1, 0)
             tot[n][1] += res.decode_s
             tokens[n][i] = list(res.tokens)
-            rounds[n].extend(getattr(res, "rounds", []))
+            rounds[n][-1].extend(getattr(res, "rounds", []))
+            if progress:
+                progress(1)
         for n in names:
             rates[n].append(tot[n][0] / tot[n][1] if tot[n][1] > 0 else float("nan"))
+    pooled = {n: [r for rep in reps for r in rep] for n, reps in rounds.items()}
     return {"tokens_per_s": {n: float(np.median(v)) for n, v in rates.items()}, "all_tokens_per_s": rates,
-            "tokens": tokens, "round_stats": {n: _round_stats(r, 0) for n, r in rounds.items() if r}}
+            "tokens": tokens, "rounds": rounds, "round_stats": {n: _round_stats(r, 0) for n, r in pooled.items() if r}}
 
 
 # -- comparing runs -----------------------------------------------------------------------------------

@@ -349,18 +349,11 @@ class Target:
             )
 
     def logits(self, last_hidden: np.ndarray) -> np.ndarray:
-        """lm_head(final_norm(h)) for rows of the last layer's output (``Output.hidden[:, -1]``), in row
-        sets as ``forward`` runs them. Shapes: [T, D] -> [T, V]. A row's bits are the ones ``forward`` /
-        ``verify`` give it: the norm is per row, and the lm_head's rows are independent within a row set."""
-        h = np.ascontiguousarray(last_hidden, dtype=F32)
-        out = np.empty((h.shape[0], self.config.vocab_size), F32)
-        rs = self.row_set
-        for c0 in range(0, h.shape[0], rs):
-            chunk = h[c0 : c0 + rs]
-            if not self.row_invariant and chunk.shape[0] < rs:  # the same padded row set forward uses
-                chunk = np.concatenate([chunk, np.zeros((rs - chunk.shape[0], h.shape[1]), F32)])
-            out[c0 : c0 + rs] = self.lm_head(self.final_norm(chunk))[: min(rs, h.shape[0] - c0)]
-        return out
+        """lm_head(final_norm(h)) for rows of the last layer's output (``Output.hidden[:, -1]``).
+        Shapes: [T, D] -> [T, V]. A row's bits are the ones ``forward`` / ``verify`` give it: the norm is
+        per row, and the lm_head's rows are independent within a row set."""
+        # Linear runs the product in row sets (padding them where the backend needs it), the norm is per row
+        return self.lm_head(self.final_norm(np.ascontiguousarray(last_hidden, dtype=F32)))
 
     def _run(self, toks: np.ndarray, state: TargetState, rec: _Recorder | None, head: bool = True) -> Output:
         cfg, rs = self.config, self.row_set

@@ -54,9 +54,13 @@ def measure(target, draft, prompt: Sequence[int], *, ks: Sequence[int], threads:
     the target plain decoding runs on when it is not ``target`` (a backend that pads rows needs its own
     row set 1 target for the fastest step). Rounds commit the expected number of accepted rows."""
     plain_target = plain_target or target
-    base, pbase = target.new_state(), plain_target.new_state()
+    base = target.new_state()
     pre = target.forward(list(prompt), base)
-    plain_target.forward(list(prompt), pbase)
+    if plain_target is target:
+        pbase = base
+    else:
+        pbase = plain_target.new_state()
+        plain_target.forward(list(prompt), pbase)
     dbase = draft.new_state()
     draft.append_context(dbase, pre.hidden)
     last = int(np.argmax(pre.logits[-1]))
@@ -101,3 +105,21 @@ def choose(costs: dict, acceptance: Sequence[float]) -> tuple[Choice, Choice]:
     p = min(plain, key=lambda j: (plain[j], j[0]))
     s = min(spec, key=lambda j: (spec[j], j[0], j[1]))
     return Choice(p[0], None, plain[p], plain), Choice(s[0], s[1], spec[s], spec)
+
+
+class Threads:
+    """Applies one thread count to the host-int backends of some targets / drafts and to BLAS
+    (threadpoolctl, when installed): how a measured configuration is switched on between runs."""
+
+    def __init__(self, *models):
+        self.backends = {id(m.backend): m.backend for m in models if getattr(m, "backend", None) is not None}
+
+    def set(self, n: int) -> None:
+        for b in self.backends.values():
+            if hasattr(b, "threads"):
+                b.threads = n
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return
+        threadpool_limits(limits=n)

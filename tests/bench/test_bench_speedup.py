@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from onebit_engine import bench, pretrained
+from onebit_engine import bench, pretrained, tune
 from onebit_engine.generate import generate
 from onebit_engine.provenance import checkpoint_hash, machine, pair_provenance
 from onebit_engine.speculative import speculative_generate
@@ -28,15 +28,6 @@ def _only_when_asked(request):
         pytest.skip("benchmarks run only with --benchmark-enable or ONEBIT_BENCH=1 (nox -s bench)")
 
 
-def _set_threads(models, n):
-    from threadpoolctl import threadpool_limits
-
-    for m in models:
-        if hasattr(m.backend, "threads"):
-            m.backend.threads = n
-    threadpool_limits(limits=n)
-
-
 @pytest.mark.parametrize("backend", ["host-int", "reference"])
 def test_trained_pair_best_configuration(benchmark, backend):
     benchmark.group = "speedup-trained"
@@ -45,6 +36,7 @@ def test_trained_pair_best_configuration(benchmark, backend):
     tok = pretrained.load_tokenizer()
     prompts = [tok.encode(t) for t in pretrained.default_prompt_texts("code")]
     variants, threads_of = {}, {}
+    threads = tune.Threads(target, draft, plain_target)
     for th in THREADS:
         variants[f"plain t{th}"] = lambda p: generate(plain_target, p, max_new_tokens=NEW_TOKENS, stop_tokens=())
         threads_of[f"plain t{th}"] = th
@@ -54,7 +46,7 @@ def test_trained_pair_best_configuration(benchmark, backend):
                                                                  stop_tokens=())
             threads_of[name] = th
     doc = benchmark.pedantic(bench.sweep, args=(variants, prompts),
-                             kwargs=dict(repeats=3, before=lambda n: _set_threads((target, draft, plain_target), threads_of[n])),
+                             kwargs=dict(repeats=3, before=lambda n: threads.set(threads_of[n])),
                              rounds=1, iterations=1)
     rates = doc["tokens_per_s"]
     plain = {n: r for n, r in rates.items() if n.startswith("plain")}

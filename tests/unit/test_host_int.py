@@ -82,6 +82,23 @@ def test_large_k_and_k_blocks_do_not_change_bits(kernel, fmt, k):
             assert np.array_equal(gemm_int_tiled(xq[:m], tw, kb=kb), want[:m]), (m, kb)
 
 
+def _extreme_product(kernel, fmt, m, k, first_row_sign, every):
+    """Activations alternating +-127 by row (row 0 of sign ``first_row_sign``); four channels: every code
+    at +q, at -q, -q at every ``every``-th k, and zero over the first half. Returns (got, q)."""
+    q = QMAX[fmt]
+    xq = np.full((m, k), 127 * first_row_sign, np.int8)
+    xq[1::2] = -127 * first_row_sign
+    w = np.full((4, k), q, np.int8)
+    w[1] = -q
+    w[2, ::every] = -q
+    w[3, : k // 2] = 0
+    qw = quantize_weight(w.astype(np.float32), fmt)
+    assert np.array_equal(qw.codes(), w)
+    got = matmul_int(xq, fmt, qw.data, threads=1, kernel=kernel)
+    assert np.array_equal(got, matmul_int_reference(xq, w))
+    return got, q
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("m", [1, 2, 8, 16])
@@ -89,19 +106,9 @@ def test_extreme_codes_do_not_wrap(kernel, fmt, m):
     """Largest K the contract allows, every code at +-127 / +-7 / +-1 and every activation at +-127: the
     int8 sums reach +-(2^31 - 1) - 4071, and the biased sums of the native paths (code + BIAS) leave int32
     before their correction brings them back; no saturation or wrap may show."""
-    q = QMAX[fmt]
     k = int_kernels.MAX_K
-    xq = np.full((m, k), -127, np.int8)
-    xq[1::2] = 127
-    w = np.full((4, k), q, np.int8)
-    w[1] = -q
-    w[2, ::3] = -q
-    w[3, : k // 2] = 0
-    qw = quantize_weight(w.astype(np.float32), fmt)
-    assert np.array_equal(qw.codes(), w)
-    got = matmul_int(xq, fmt, qw.data, threads=1, kernel=kernel)
+    got, q = _extreme_product(kernel, fmt, m, k, -1, 3)
     assert got[0, 0] == -k * q * 127 and got[0, 1] == k * q * 127
-    assert np.array_equal(got, matmul_int_reference(xq, w))
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -111,19 +118,9 @@ def test_extreme_codes_do_not_saturate_int16_sums(kernel, fmt, m):
     """int4 / ternary: avx2 sums whole groups of steps in int16 (4 int4 steps, 16 ternary steps) at up to
     30480 / 32512; every code at its largest biased value with x = +-127 fills each group to that bound,
     and a group one step longer would saturate. K spans several groups plus a partial one."""
-    q = 7 if fmt == "int4" else 1
     k = 3 * 16 * 128 + 77
-    xq = np.full((m, k), 127, np.int8)
-    xq[1::2] = -127
-    w = np.full((4, k), q, np.int8)
-    w[1] = -q
-    w[2, ::2] = -q
-    w[3, : k // 2] = 0
-    qw = quantize_weight(w.astype(np.float32), fmt)
-    assert np.array_equal(qw.codes(), w)
-    got = matmul_int(xq, fmt, qw.data, threads=1, kernel=kernel)
+    got, q = _extreme_product(kernel, fmt, m, k, 1, 2)
     assert got[0, 0] == k * q * 127
-    assert np.array_equal(got, matmul_int_reference(xq, w))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from .. import tune
 from . import models, tuning, ui
 
 
@@ -71,7 +72,7 @@ def cmd_loop(args) -> int:
     prompt = models.prompt(args, loaded)
     # Plain decoding at its fastest: one row, no padding. A backend that pads needs a row set 1 target.
     plain_target = loaded.target if loaded.target.row_invariant else models.load(args, need_draft=False, row_set=1).target
-    threads = _Threads(loaded.target, loaded.draft, plain_target)
+    threads = tune.Threads(loaded.target, loaded.draft, plain_target)
     plan = tuning.plan(args, loaded, plain_target, prompt, threads)
     threads.set(plan.spec_threads)
     with ui.Bar(args.max_new_tokens, "loop", ui.progress_enabled(args)) as bar:
@@ -84,14 +85,15 @@ def cmd_loop(args) -> int:
     summary = res.summary()
     check = None
     if args.check:
-        threads.set(plan.plain_threads)
-        same = generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens)  # the identity claim: same row set
-        at = _first_difference(res.tokens, same.tokens)
+        speed, plain_tokens = _speeds(args, loaded, plain_target, prompt, plan, threads)
+        if plain_target is not loaded.target:  # the identity claim is against the loop's own row set
+            threads.set(plan.plain_threads)
+            plain_tokens = generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens).tokens
+        at = _first_difference(res.tokens, plain_tokens)
         check = {"identical": at is None, "first_difference": at, "tokens": len(res.tokens),
                  "plain_rows_per_call": 1, "plain_threads": plan.plain_threads, "identity_row_set": loaded.target.row_set,
                  "speculative_token": res.tokens[at] if at is not None and at < len(res.tokens) else None,
-                 "plain_token": same.tokens[at] if at is not None and at < len(same.tokens) else None,
-                 **_speeds(args, loaded, plain_target, prompt, plan, threads)}
+                 "plain_token": plain_tokens[at] if at is not None and at < len(plain_tokens) else None, **speed}
     prov = loaded.provenance(**{k2: v for k2, v in res.provenance.items() if k2 not in ("backend", "kernel_set", "row_set")})
     prov["threads"] = plan.spec_threads
     if args.json:
@@ -106,10 +108,10 @@ def cmd_loop(args) -> int:
 SPEED_REPEATS = 3
 
 
-def _speeds(args, loaded, plain_target, prompt, plan, threads) -> dict:
+def _speeds(args, loaded, plain_target, prompt, plan, threads) -> tuple[dict, list[int]]:
     """The check's speed figures: the loop and plain decoding at its fastest, SPEED_REPEATS runs each,
     interleaved in a shuffled order (one run after the other in a fixed order shows 10-20% that is only
-    the order on a shared machine); medians of tokens/s."""
+    the order on a shared machine); medians of tokens/s. Also plain decoding's tokens."""
     from .. import bench
     from ..generate import generate
     from ..speculative import speculative_generate
@@ -122,26 +124,8 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads) -> dict:
     doc = bench.sweep(variants, [prompt], repeats=SPEED_REPEATS,
                       before=lambda n: threads.set(plan.spec_threads if n == "loop" else plan.plain_threads))
     rate = doc["tokens_per_s"]
-    return {"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
-            "speedup": rate["loop"] / rate["plain"] if rate["plain"] > 0 else None}
-
-
-class _Threads:
-    """Applies one thread count to every host-int backend of a run and to BLAS (the CLI's edge)."""
-
-    def __init__(self, *models):
-        self.backends = {id(m.backend): m.backend for m in models if getattr(m, "backend", None) is not None}
-        self.limits = None
-
-    def set(self, n: int) -> None:
-        for b in self.backends.values():
-            if hasattr(b, "threads"):
-                b.threads = n
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
-            return
-        self.limits = threadpool_limits(limits=n)
+    return ({"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
+             "speedup": rate["loop"] / rate["plain"] if rate["plain"] > 0 else None}, doc["tokens"]["plain"][0])
 
 
 def _print_loop(res, s, check, prov, loaded, args, plan) -> None:

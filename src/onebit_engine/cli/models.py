@@ -90,10 +90,10 @@ def resolve_backend(name: str) -> str:
     path), else reference; any other name as given."""
     if name != "auto":
         return name
-    from ..gemm import get_backend
+    from ..gemm import native
+    from ..gemm.host_int import DISPATCH
 
-    kernel = get_backend("host-int").describe().get("kernel")
-    return "host-int" if kernel not in (None, "numba", "numpy") else "reference"
+    return "host-int" if any(native.available(p) for p in DISPATCH) else "reference"
 
 
 def make_backend(name: str, threads: int | None):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..ops.attention import attend_row
+from ..ops import norm_fast
 from ..ops.norm import rms_norm, silu
 from . import kernels
 from .conv import grouped_dynamic_conv
@@ -118,11 +119,15 @@ NUMPY_OPS = DraftOps(
 
 # -- the compiled set: thin wrappers that allocate the outputs --------------------------------------
 def rms_norm_numba(x, weight, eps):
-    return kernels.rms_norm(np.ascontiguousarray(x), weight, F32(eps), np.empty(x.shape, F32))
+    out = np.empty(x.shape, F32)
+    norm_fast.rms_norm_rows(np.ascontiguousarray(x), weight, F32(eps), out)
+    return out
 
 
 def silu_mul_numba(gu, inter):
-    return kernels.silu_mul(gu, inter, np.empty((gu.shape[0], inter), F32))
+    out = np.empty((gu.shape[0], inter), F32)
+    norm_fast.silu_mul(gu, out)
+    return out
 
 
 def heads_numba(y, col0, n, weight, cos, sin, eps):

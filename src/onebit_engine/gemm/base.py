@@ -8,7 +8,7 @@ output depends only on that row, never on how many other rows shared the call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -44,8 +44,8 @@ class GemmBackend(Protocol):
 class Linear:
     """A projection bound to a backend and a row set. The only caller of ``backend.matmul``.
 
-    Shapes: ``x [M, K]`` -> ``[M, N]``; M is padded to a multiple of ``row_set`` and each chunk of
-    ``row_set`` rows is one backend call.
+    Shapes: ``x [M, K]`` -> ``[M, N]``; each chunk of ``row_set`` rows is one backend call, a short one
+    zero-padded to ``row_set`` unless the backend is ``row_invariant``.
     """
 
     packed: Any
@@ -54,10 +54,10 @@ class Linear:
     in_features: int
     out_features: int
     name: str = ""
+    row_invariant: bool = field(init=False)  # the backend's claim, read once: every call consults it
 
-    @property
-    def row_invariant(self) -> bool:
-        return bool(getattr(self.backend, "row_invariant", False))
+    def __post_init__(self) -> None:
+        self.row_invariant = bool(getattr(self.backend, "row_invariant", False))
 
     @classmethod
     def fused(cls, weights: "list[np.ndarray]", backend: GemmBackend, row_set: int, name: str = "") -> "Linear":

@@ -36,7 +36,7 @@ TILE_WIDTH = {"avx2": 8, "avx512vnni": 16, "avx512vnni-emulated": 16}
 PATH_IDS = {"avx2": 0, "avx512vnni": 1, "avx512vnni-emulated": 1}  # the emulation runs the VNNI layout
 FORMAT_IDS = {"int8": 0, "int4": 1, "ternary": 2}
 BIAS = {"int8": 128, "int4": 8, "ternary": 1}
-FIELD_BITS = {"int8": 8, "int4": 4, "ternary": 2}
+FIELD_BITS = {f: 8 // cpb for f, cpb in CODES_PER_BYTE.items()}  # bits of one code in a packed byte
 
 
 def steps(fmt: str, k: int) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..quant.formats import CODES_PER_BYTE, QuantWeight, unpack_codes
 from . import native
-from .host_int_layout import TiledWeight
+from .host_int_layout import TILE_WIDTH, TiledWeight
 
 try:  # the `fast` extra
     import numba
@@ -36,7 +36,7 @@ KERNEL_SETS = {
     "numba": "numba-i16madd-nb16-v1",
     "numpy": "numpy-f64blas-v1",
 }
-NATIVE_KERNELS = ("avx512vnni", "avx2", "avx512vnni-emulated")
+NATIVE_KERNELS = tuple(TILE_WIDTH)  # the paths with a tile layout are the native ones
 MAX_K = (2**31 - 1) // (127 * 127)
 MAX_ROWS = 16  # rows per call of the native kernel (Linear's row sets are 1..16)
 MAX_THREADS = 64

@@ -1,4 +1,5 @@
-"""Compiled twins (numba) of the target's elementwise glue: the residual RMSNorm and the SwiGLU gate.
+"""Compiled twins (numba) of ``ops.norm``: both RMSNorm flavours and the SwiGLU gate, for the target's
+and the draft's compiled paths.
 
 Each call handles every row of a row set; a row's bits depend only on that row (same loop for every
 row). Sums run in float32 loops, so they agree with ``ops.norm`` to rounding, not bitwise.
@@ -28,6 +29,19 @@ def _rms_norm_zc_rows(x, w, eps, out):
             out[r, i] = (x[r, i] * inv) * (one + w[i])
 
 
+def _rms_norm_rows(x, w, eps, out):
+    """Plain RMSNorm ``w * (x / rms(x))`` of every row (Qwen3 / DFlash draft). Shapes: x, out [R, D]; w [D]."""
+    R, D = x.shape
+    one = np.float32(1.0)
+    for r in range(R):
+        ss = np.float32(0.0)
+        for i in range(D):
+            ss += x[r, i] * x[r, i]
+        inv = one / np.sqrt(ss / np.float32(D) + eps)
+        for i in range(D):
+            out[r, i] = w[i] * (x[r, i] * inv)
+
+
 def _silu_mul(y, out):
     """SwiGLU's gate: ``silu(gate) * up`` for y = [gate | up]. Shapes: y [R, 2I]; out [R, I]."""
     R, I = out.shape
@@ -40,6 +54,7 @@ def _silu_mul(y, out):
 
 if nb is not None:
     rms_norm_zc_rows = nb.njit(cache=True, nogil=True, error_model="numpy")(_rms_norm_zc_rows)
+    rms_norm_rows = nb.njit(cache=True, nogil=True, error_model="numpy")(_rms_norm_rows)
     silu_mul = nb.njit(cache=True, nogil=True, error_model="numpy")(_silu_mul)
 else:
-    rms_norm_zc_rows = silu_mul = None
+    rms_norm_zc_rows = rms_norm_rows = silu_mul = None

@@ -11,7 +11,7 @@ attention, selector scores) or evaluates exp/tanh (``mathf``) it differs by roun
 Inner loops index views with the loop variable only: numba then knows the index is non-negative and
 LLVM vectorises them (an index like ``p - lo`` carries a wraparound check that blocks it).
 
-Modules: ``attention`` (heads, attention), ``rows`` (RMSNorm, SwiGLU, conv), ``mathf`` (exp, tanh,
+Modules: ``attention`` (heads, attention), ``rows`` (the conv; RMSNorm and SwiGLU are ``ops.norm_fast``), ``mathf`` (exp, tanh,
 softcap), ``select`` (top-k, greedy walk). Without numba every name here is None.
 """
 from ._numba import nb
@@ -19,11 +19,11 @@ from ._numba import nb
 if nb is not None:
     from .attention import attend_block, attention_qkv, norm_rope_heads
     from .mathf import exp_neg32, softcap, tanh32
-    from .rows import conv_side, rms_norm, silu_mul
+    from .rows import conv_side
     from .select import greedy_walk_into, pair_scores, top_candidates_into
 else:
     attend_block = attention_qkv = norm_rope_heads = exp_neg32 = softcap = tanh32 = None
-    conv_side = rms_norm = silu_mul = greedy_walk_into = pair_scores = top_candidates_into = None
+    conv_side = greedy_walk_into = pair_scores = top_candidates_into = None
 
 __all__ = ["nb", "attend_block", "attention_qkv", "norm_rope_heads", "exp_neg32", "softcap", "tanh32", "conv_side",
-           "rms_norm", "silu_mul", "greedy_walk_into", "pair_scores", "top_candidates_into"]
+           "greedy_walk_into", "pair_scores", "top_candidates_into"]

@@ -1,46 +1,12 @@
-"""Row-wise kernels of a draft layer: RMSNorm, SwiGLU's silu(gate) * up, one side of the grouped dynamic conv."""
+"""Row-wise kernel of a draft layer: one side of the grouped dynamic conv (the norms and the SwiGLU gate are
+``ops.norm_fast``'s, shared with the target)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ._numba import jit
-from .mathf import exp_neg32
 
 F32 = np.float32
-_ZERO, _ONE = F32(0.0), F32(1.0)
-
-
-@jit
-def rms_norm(x, weight, eps, out):
-    """``weight * (x * (1 / sqrt(mean(x^2) + eps)))`` per row (``ops.norm.rms_norm``'s steps; the mean
-    is a sequential float32 sum). Shapes: x [T, H]; weight [H]; out [T, H] (written, returned)."""
-    h = x.shape[1]
-    for t in range(x.shape[0]):
-        src = x[t]
-        dst = out[t]
-        acc = _ZERO
-        for i in range(h):
-            acc += src[i] * src[i]
-        inv = _ONE / np.sqrt(acc / F32(h) + eps)
-        for i in range(h):
-            dst[i] = weight[i] * (src[i] * inv)
-    return out
-
-
-@jit
-def silu_mul(gu, inter, out):
-    """``silu(gate) * up`` for the fused gate/up output. Shapes: gu [T, 2I]; out [T, I] (written, returned).
-    sigmoid from ``exp(-|g|)`` (the kernel exp), so it never overflows."""
-    for t in range(gu.shape[0]):
-        g = gu[t, :inter]
-        u = gu[t, inter:]
-        dst = out[t]
-        for i in range(inter):
-            x = g[i]
-            e = exp_neg32(-np.abs(x))
-            sig = _ONE / (_ONE + e) if x >= _ZERO else e / (_ONE + e)
-            dst[i] = (x * sig) * u[i]
-    return out
 
 
 @jit
