@@ -27,7 +27,7 @@ from .ops.attention import attend_row
 from .ops.attention_fast import attention_rows
 from .ops.gated_delta import gdn_token
 from .ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
-from .ops.norm_fast import rms_norm_zc_rows, silu_mul
+from .ops.norm_fast import rms_norm_rows, silu_mul
 from .ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from .ops.rope import apply_rope, cos_sin, inv_freq
 from .safetensors_io import QUANT_FILE, load_folder_tensors, read_config
@@ -259,7 +259,7 @@ class DecoderLayer:
 
 def _compiled_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     out = np.empty_like(x)
-    rms_norm_zc_rows(x, weight, F32(eps), out)
+    rms_norm_rows(x, weight, F32(eps), True, out)
     return out
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from onebit_engine.ops.gated_delta_fast import gdn_mixer_rows
-from onebit_engine.ops.norm import rms_norm_zc, silu
-from onebit_engine.ops.norm_fast import rms_norm_zc_rows, silu_mul
+from onebit_engine.ops.norm import rms_norm, rms_norm_zc, silu
+from onebit_engine.ops.norm_fast import rms_norm_rows, silu_mul
 from onebit_engine.synthetic import random_target, tiny_config
 
 pytestmark = pytest.mark.skipif(gdn_mixer_rows is None, reason="numba is not installed (the fast extra)")
@@ -25,9 +25,10 @@ def test_norm_and_silu_twins(d):
     x = rng.standard_normal((8, d)).astype(np.float32) * 3
     w = rng.standard_normal(d).astype(np.float32)
     got = np.empty_like(x)
-    rms_norm_zc_rows(x, w, np.float32(1e-6), got)
-    want = rms_norm_zc(x, w, 1e-6)
-    assert np.max(np.abs(got - want)) <= NORM_TWIN_RTOL * np.max(np.abs(want))
+    for centred, twin in ((True, rms_norm_zc), (False, rms_norm)):
+        rms_norm_rows(x, w, np.float32(1e-6), centred, got)
+        want = twin(x, w, 1e-6)
+        assert np.max(np.abs(got - want)) <= NORM_TWIN_RTOL * np.max(np.abs(want))
     y = rng.standard_normal((8, 2 * d)).astype(np.float32) * 4
     g = np.empty((8, d), np.float32)
     silu_mul(y, g)

@@ -120,7 +120,7 @@ NUMPY_OPS = DraftOps(
 # -- the compiled set: thin wrappers that allocate the outputs --------------------------------------
 def rms_norm_numba(x, weight, eps):
     out = np.empty(x.shape, F32)
-    norm_fast.rms_norm_rows(np.ascontiguousarray(x), weight, F32(eps), out)
+    norm_fast.rms_norm_rows(np.ascontiguousarray(x), weight, F32(eps), False, out)
     return out
 
 

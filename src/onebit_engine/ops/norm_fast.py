@@ -16,8 +16,9 @@ except ImportError:  # numba is the optional `fast` extra
     nb = None
 
 
-def _rms_norm_zc_rows(x, w, eps, out):
-    """Zero-centred RMSNorm ``x / rms(x) * (1 + w)`` of every row. Shapes: x, out [R, D]; w [D]."""
+def _rms_norm_rows(x, w, eps, centred, out):
+    """RMSNorm of every row: zero-centred ``x / rms(x) * (1 + w)`` (the target) when ``centred``, else
+    plain ``w * (x / rms(x))`` (Qwen3 / the DFlash draft). Shapes: x, out [R, D]; w [D]."""
     R, D = x.shape
     one = np.float32(1.0)
     for r in range(R):
@@ -26,20 +27,7 @@ def _rms_norm_zc_rows(x, w, eps, out):
             ss += x[r, i] * x[r, i]
         inv = one / np.sqrt(ss / np.float32(D) + eps)
         for i in range(D):
-            out[r, i] = (x[r, i] * inv) * (one + w[i])
-
-
-def _rms_norm_rows(x, w, eps, out):
-    """Plain RMSNorm ``w * (x / rms(x))`` of every row (Qwen3 / DFlash draft). Shapes: x, out [R, D]; w [D]."""
-    R, D = x.shape
-    one = np.float32(1.0)
-    for r in range(R):
-        ss = np.float32(0.0)
-        for i in range(D):
-            ss += x[r, i] * x[r, i]
-        inv = one / np.sqrt(ss / np.float32(D) + eps)
-        for i in range(D):
-            out[r, i] = w[i] * (x[r, i] * inv)
+            out[r, i] = (x[r, i] * inv) * ((one + w[i]) if centred else w[i])
 
 
 def _silu_mul(y, out):
@@ -53,8 +41,7 @@ def _silu_mul(y, out):
 
 
 if nb is not None:
-    rms_norm_zc_rows = nb.njit(cache=True, nogil=True, error_model="numpy")(_rms_norm_zc_rows)
     rms_norm_rows = nb.njit(cache=True, nogil=True, error_model="numpy")(_rms_norm_rows)
     silu_mul = nb.njit(cache=True, nogil=True, error_model="numpy")(_silu_mul)
 else:
-    rms_norm_zc_rows = rms_norm_rows = silu_mul = None
+    rms_norm_rows = silu_mul = None
