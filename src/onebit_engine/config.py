@@ -2,16 +2,55 @@
 
 Supported ``model_type`` values: ``qwen3_5_text``, ``qwen3_5`` (the VL wrapper; its ``text_config`` is
 read) and ``qwen3_next`` (dense MLP only; MoE layers are refused, never mis-run).
+
+Every value read is typed and ranged (:data:`TEXT_FIELDS`, ``config_check``): a bad config.json is
+refused with one :class:`ConfigError` that lists every problem, never truncated or half-read.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, asdict
 from typing import Any
 
+from .config_check import Field, Problems, read_field, read_int_list, read_name_list, read_object, show, top_object
 from .errors import ConfigError
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next")
 LAYER_TYPES = ("linear_attention", "full_attention")
+MAX_LAYERS = 1024  # no known model comes near; a larger count is a corrupt config, not a model to build
+
+# TargetConfig field -> its config.json value, read from the text config (``text_config`` for qwen3_5).
+# Defaults None are derived below (num_key_value_heads = heads, head_dim = hidden // heads).
+TEXT_FIELDS: dict[str, Field] = {
+    "vocab_size": Field("vocab_size", "int", min=1),
+    "hidden_size": Field("hidden_size", "int", min=1),
+    "intermediate_size": Field("intermediate_size", "int", min=1),
+    "num_hidden_layers": Field("num_hidden_layers", "int", min=1, max=MAX_LAYERS),
+    "num_attention_heads": Field("num_attention_heads", "int", min=1),
+    "num_key_value_heads": Field("num_key_value_heads", "int", None, min=1, null_is_default=True),
+    "head_dim": Field("head_dim", "int", None, min=1, null_is_default=True),
+    "linear_num_key_heads": Field("linear_num_key_heads", "int", min=1),
+    "linear_num_value_heads": Field("linear_num_value_heads", "int", min=1),
+    "linear_key_head_dim": Field("linear_key_head_dim", "int", min=1),
+    "linear_value_head_dim": Field("linear_value_head_dim", "int", min=1),
+    "linear_conv_kernel_dim": Field("linear_conv_kernel_dim", "int", 4, min=1),
+    "rms_norm_eps": Field("rms_norm_eps", "float", 1e-6, above=0),
+    "max_position_embeddings": Field("max_position_embeddings", "int", 32768, min=1),
+}
+# Read from the RoPE object first, then the text config (older configs keep them at the top level).
+ROPE_FIELDS: dict[str, Field] = {
+    "rope_theta": Field("rope_theta", "float", 10000.0, above=0),
+    "partial_rotary_factor": Field("partial_rotary_factor", "float", 0.25, above=0, max=1),
+}
+# Read from the top level first, then the text config (the VL wrapper keeps them outside).
+OUTER_FIELDS: dict[str, Field] = {
+    "tie_word_embeddings": Field("tie_word_embeddings", "bool", False),
+}
+# Values this engine only accepts one way: read, typed, and refused when they ask for something else.
+SUPPORT_FIELDS = (
+    Field("hidden_act", "str", "silu", choices=("silu",)),
+    Field("attention_bias", "bool", False, choices=(False,)),
+)
+WAY_OUT = "fix these values in config.json (or use the config.json that came with the weights); nothing was loaded"
 
 
 @dataclass(frozen=True)
@@ -46,33 +85,11 @@ class TargetConfig:
     max_position_embeddings: int = 32768
 
     def __post_init__(self) -> None:
-        if len(self.layer_types) != self.num_hidden_layers:
-            raise ConfigError(
-                f"layer_types has {len(self.layer_types)} entries but num_hidden_layers is "
-                f"{self.num_hidden_layers}; give one type per layer"
-            )
-        bad = sorted({t for t in self.layer_types if t not in LAYER_TYPES})
-        if bad:
-            raise ConfigError(f"unknown layer type(s) {bad}; expected one of {LAYER_TYPES}")
-        if self.linear_num_value_heads % self.linear_num_key_heads:
-            raise ConfigError(
-                f"linear_num_value_heads ({self.linear_num_value_heads}) must be divisible by "
-                f"linear_num_key_heads ({self.linear_num_key_heads})"
-            )
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
-                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
-                f"num_key_value_heads ({self.num_key_value_heads})"
-            )
-        if self.rot_dim % 2 or self.rot_dim > self.head_dim:
-            raise ConfigError(
-                f"rotary dims int(head_dim * partial_rotary_factor) = {self.rot_dim} must be even "
-                f"and <= head_dim ({self.head_dim})"
-            )
+        problems = consistency_problems(asdict(self))
         if self.layout not in ("split", "grouped"):
-            raise ConfigError(f"layout {self.layout!r} is not 'split' or 'grouped'")
-        if self.linear_conv_kernel_dim < 1:
-            raise ConfigError(f"linear_conv_kernel_dim must be >= 1, got {self.linear_conv_kernel_dim}")
+            problems.append(f"layout {self.layout!r} is not 'split' or 'grouped'")
+        if problems:
+            raise ConfigError("TargetConfig: " + "; ".join(problems))
 
     # Derived sizes (hybrid-target.md section 2 notation).
     @property
@@ -98,76 +115,119 @@ class TargetConfig:
         return d
 
     @classmethod
-    def from_hf(cls, raw: dict[str, Any]) -> "TargetConfig":
-        """Build from a parsed HF ``config.json`` (any supported ``model_type``)."""
+    def from_hf(cls, raw: Any, source: str = "config.json") -> "TargetConfig":
+        """Build from a parsed HF ``config.json`` (any supported ``model_type``); ``source`` names the file
+        in refusals. Every problem is collected, then refused at once."""
+        raw = top_object(raw, source)
         mt = raw.get("model_type")
         if mt not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
-                f"model_type {mt!r} is not supported; this engine reads {list(SUPPORTED_MODEL_TYPES)} "
+                f"{source}: model_type {mt!r} is not supported; this engine reads {list(SUPPORTED_MODEL_TYPES)} "
                 f"(Qwen3.6 checkpoints declare 'qwen3_5')"
             )
-        text = raw
+        text, pre = raw, ""
         if mt == "qwen3_5":
-            text = raw.get("text_config")
+            text, pre = raw.get("text_config"), "text_config."
             if not isinstance(text, dict):
-                raise ConfigError("model_type 'qwen3_5' needs a 'text_config' object; none was found")
-        eos = _eos_ids(raw.get("eos_token_id", text.get("eos_token_id")))
+                raise ConfigError(f"{source}: model_type 'qwen3_5' needs a 'text_config' object, got "
+                                  f"{show(text)}; use the config.json that came with the weights")
         if mt == "qwen3_next":
             _refuse_moe(text)
-        if text.get("hidden_act", "silu") != "silu":
-            raise ConfigError(f"hidden_act {text.get('hidden_act')!r} is not supported; only 'silu' is")
-        if text.get("attention_bias", False):
-            raise ConfigError("attention_bias=true is not supported by this engine (no known checkpoint uses it)")
-        n = _need(text, "num_hidden_layers")
-        layer_types = text.get("layer_types")
-        if layer_types is None:
-            interval = int(text.get("full_attention_interval", 4))
-            layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
-        rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", None):
-            raise ConfigError(f"rope_type {rope_type!r} is not supported; only 'default' RoPE is")
-        theta = rope.get("rope_theta", text.get("rope_theta", 10000.0))
-        prf = rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))
-        heads = _need(text, "num_attention_heads")
-        hidden = _need(text, "hidden_size")
-        return cls(
-            vocab_size=_need(text, "vocab_size"),
-            hidden_size=hidden,
-            intermediate_size=_need(text, "intermediate_size"),
-            num_hidden_layers=n,
-            layer_types=tuple(layer_types),
-            num_attention_heads=heads,
-            num_key_value_heads=int(text.get("num_key_value_heads", heads)),
-            head_dim=int(text.get("head_dim") or hidden // heads),
-            linear_num_key_heads=_need(text, "linear_num_key_heads"),
-            linear_num_value_heads=_need(text, "linear_num_value_heads"),
-            linear_key_head_dim=_need(text, "linear_key_head_dim"),
-            linear_value_head_dim=_need(text, "linear_value_head_dim"),
-            linear_conv_kernel_dim=int(text.get("linear_conv_kernel_dim", 4)),
-            rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta),
-            partial_rotary_factor=float(prf),
-            tie_word_embeddings=bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-            model_type=mt,
-            layout="grouped" if mt == "qwen3_next" else "split",
-            eos_token_ids=eos,
-            max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
-        )
+        p = Problems(source)
+        inner, outer = [(pre, text)], [("", raw), (pre, text)] if text is not raw else [("", raw)]
+        for f in SUPPORT_FIELDS:
+            read_field(p, f, inner)
+        v: dict[str, Any] = {name: read_field(p, f, inner) for name, f in TEXT_FIELDS.items()}
+        rope = _rope(p, text, pre)
+        v.update({name: read_field(p, f, rope + inner) for name, f in ROPE_FIELDS.items()})
+        v.update({name: read_field(p, f, outer) for name, f in OUTER_FIELDS.items()})
+        if v["num_key_value_heads"] is None:
+            v["num_key_value_heads"] = v["num_attention_heads"]
+        if v["head_dim"] is None and v["hidden_size"] and v["num_attention_heads"]:
+            v["head_dim"] = v["hidden_size"] // v["num_attention_heads"] or None
+            if v["head_dim"] is None:
+                p.add(f"{pre}head_dim is not given and hidden_size // num_attention_heads is 0; give head_dim")
+        v["layer_types"] = _layer_types(p, text, pre, v["num_hidden_layers"])
+        v["eos_token_ids"] = _eos_ids(p, *_outer_value("eos_token_id", outer))
+        p.items.extend(consistency_problems(v))
+        p.check(WAY_OUT)
+        return cls(**v, model_type=mt, layout="grouped" if mt == "qwen3_next" else "split")
 
 
-def _need(d: dict[str, Any], key: str) -> int:
-    if key not in d:
-        raise ConfigError(f"config.json has no {key!r}; a hybrid target config must give it")
-    return int(d[key])
+def consistency_problems(v: dict[str, Any]) -> list[str]:
+    """Rules between values (each checked only when its values were read cleanly: None = already refused)."""
+    out: list[str] = []
+
+    def known(*keys: str) -> bool:
+        return all(v.get(k) is not None for k in keys)
+
+    if known("layer_types", "num_hidden_layers"):
+        if len(v["layer_types"]) != v["num_hidden_layers"]:
+            out.append(f"layer_types has {len(v['layer_types'])} entries but num_hidden_layers is "
+                       f"{v['num_hidden_layers']}; give one type per layer")
+        bad = sorted({t for t in v["layer_types"] if t not in LAYER_TYPES})
+        if bad:
+            out.append(f"unknown layer type(s) {bad}; expected one of {LAYER_TYPES}")
+    if known("linear_num_value_heads", "linear_num_key_heads") and v["linear_num_value_heads"] % v["linear_num_key_heads"]:
+        out.append(f"linear_num_value_heads ({v['linear_num_value_heads']}) must be divisible by "
+                   f"linear_num_key_heads ({v['linear_num_key_heads']})")
+    if known("num_attention_heads", "num_key_value_heads") and v["num_attention_heads"] % v["num_key_value_heads"]:
+        out.append(f"num_attention_heads ({v['num_attention_heads']}) must be divisible by "
+                   f"num_key_value_heads ({v['num_key_value_heads']})")
+    if known("head_dim", "partial_rotary_factor"):
+        rot = int(v["head_dim"] * v["partial_rotary_factor"])
+        if rot % 2 or rot > v["head_dim"]:
+            out.append(f"rotary dims int(head_dim * partial_rotary_factor) = {rot} must be even "
+                       f"and <= head_dim ({v['head_dim']})")
+    if known("linear_conv_kernel_dim") and v["linear_conv_kernel_dim"] < 1:
+        out.append(f"linear_conv_kernel_dim must be >= 1, got {v['linear_conv_kernel_dim']}")
+    if known("eos_token_ids", "vocab_size"):
+        bad = [i for i in v["eos_token_ids"] if not 0 <= i < v["vocab_size"]]
+        if bad:
+            out.append(f"eos_token_id {bad} is outside the vocabulary 0..{v['vocab_size'] - 1}")
+    return out
 
 
-def _eos_ids(v: Any) -> tuple[int, ...]:
+def _outer_value(key: str, sources: list[tuple[str, dict]]) -> tuple[str, Any]:
+    for prefix, obj in sources:
+        if key in obj:
+            return prefix + key, obj[key]
+    return key, None
+
+
+def _rope(p: Problems, text: dict, pre: str) -> list[tuple[str, dict]]:
+    """The RoPE object as a lookup source: ``rope_parameters`` (HF v5) else ``rope_scaling``; only the
+    default RoPE is supported."""
+    found: list[tuple[str, dict]] = []
+    for key in ("rope_parameters", "rope_scaling"):
+        obj = read_object(p, pre + key, text.get(key))
+        if obj and not found:
+            found = [(f"{pre}{key}.", obj)]
+    for prefix, obj in found:
+        label, rt = (prefix + "rope_type", obj["rope_type"]) if "rope_type" in obj else (prefix + "type", obj.get("type"))
+        if rt not in ("default", None):
+            p.add(f"{label} {rt!r} is not supported; only 'default' RoPE is")
+    return found
+
+
+def _layer_types(p: Problems, text: dict, pre: str, n: int | None) -> tuple[str, ...] | None:
+    if text.get("layer_types") is not None:
+        got = read_name_list(p, pre + "layer_types", text["layer_types"], LAYER_TYPES)
+        return None if got is None else tuple(got)
+    interval = read_field(p, Field("full_attention_interval", "int", 4, min=1), [(pre, text)])
+    if interval is None or n is None:
+        return None
+    return tuple("full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n))
+
+
+def _eos_ids(p: Problems, label: str, v: Any) -> tuple[int, ...] | None:
     if v is None:
         return ()
-    if isinstance(v, int):
-        return (v,)
-    return tuple(int(x) for x in v)
+    if not isinstance(v, (int, list)) or isinstance(v, bool):
+        p.add(f"{label} is {show(v)}, must be a token id, a list of token ids or null")
+        return None
+    got = read_int_list(p, label, [v] if isinstance(v, int) else v)
+    return None if got is None else tuple(got)
 
 
 def _refuse_moe(text: dict[str, Any]) -> None:

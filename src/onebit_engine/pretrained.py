@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from .errors import CheckpointError, ConfigError
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BUILTIN_DIR = DATA_DIR / "builtin"
 PROMPTS_FILE = DATA_DIR / "prompts" / "default.json"
@@ -58,17 +60,44 @@ class Tokenizer:
         return f"Tokenizer(vocab_size={self.vocab_size}, eos={self.eos_token_id}, mask={self.mask_token_id})"
 
 
+class MissingExtra(ConfigError, ImportError):
+    """An optional package is not installed; the message names the extra that brings it."""
+
+
+CLI_EXTRA = "pip install 'onebit-specverify[cli]'"
+
+
 def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
-    """The shipped tokenizer (or the ``tokenizer.json`` at ``path``). Needs the ``tokenizers`` package."""
+    """The shipped tokenizer (or the ``tokenizer.json`` at ``path``). Needs the ``tokenizers`` package.
+
+    A file that is not UTF-8, not JSON or not a tokenizer the ``tokenizers`` library can build is refused
+    with one :class:`CheckpointError` naming it."""
     try:
         from tokenizers import Tokenizer as _HFTokenizer
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the built-in tokenizer needs the 'tokenizers' package: pip install tokenizers "
-            "(or install onebit-specverify with its cli extra)"
-        ) from e
+    except ImportError:
+        raise MissingExtra(f"reading a tokenizer.json needs the 'tokenizers' package, which is not installed: "
+                           f"{CLI_EXTRA} (or pip install tokenizers)") from None
     p = Path(path) if path is not None else builtin_paths()[2]
-    return Tokenizer(_HFTokenizer.from_file(str(p)))
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{p}: tokenizer.json is not UTF-8 text (byte {e.start}: {e.reason}); copy the "
+                              f"tokenizer.json that came with the model again") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{p}: tokenizer.json is not valid JSON ({e}); copy the tokenizer.json that came "
+                              f"with the model again") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
+        raise CheckpointError(f"{p}: tokenizer.json is not a tokenizers file (needs a JSON object with a 'model' "
+                              f"object); copy the tokenizer.json that came with the model again")
+    try:
+        tok = _HFTokenizer.from_str(text)
+    except Exception as e:  # the library raises a bare Exception for any structure it cannot build
+        reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise CheckpointError(f"{p}: the tokenizers library cannot build this tokenizer.json ({reason}); copy the "
+                              f"tokenizer.json that came with the model again") from None
+    return Tokenizer(tok)
 
 
 @lru_cache(maxsize=1)

@@ -1,30 +1,69 @@
 """Reading safetensors files and HF checkpoint folders with clear errors.
 
 A small reader of its own (not ``safetensors.numpy``) so that BF16 tensors load (numpy has no bf16) and
-so that a truncated or malformed file is reported by name, tensor and byte counts.
+so that a truncated or malformed file is reported by name, tensor and byte counts. The header is held to
+the safetensors format's own rules (what the ``safetensors`` package enforces): a JSON object of at most
+100 MB; each entry an object with a known ``dtype``, a ``shape`` of non-negative integers and
+``data_offsets`` of two non-negative integers whose span is exactly the tensor's bytes; the spans, in
+order, tile the data from byte 0 to its end with no hole, no overlap and nothing after. Tensor names
+must be unique (stricter than the package, which keeps the last).
+
+A shard index may only name files inside its folder (relative, no ``..``). Files placed in the folder
+are trusted as they are, symlinks included: the Hugging Face hub cache is a folder of symlinks into
+``../../blobs``.
 """
 from __future__ import annotations
 
 import json
 import os
 import struct
-from pathlib import Path
-from typing import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
 
 import numpy as np
 
+from .config_check import first_few, show, top_object
 from .errors import CheckpointError
 
 QUANT_FILE = "quantized.safetensors"  # a servable quantized folder's projections (see quant/io.py)
+INDEX_FILE = "model.safetensors.index.json"
+MAX_HEADER = 100_000_000  # bytes; the safetensors package's own limit
 
 _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
 }
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
+def _is_uint(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise CheckpointError(f"the JSON object has the key {k!r} twice")
+        out[k] = v
+    return out
+
+
+def read_json(path: Path, what: str) -> Any:
+    """Parse a JSON file, refusing bytes that are not UTF-8 or not JSON with the file named."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: {what} is not UTF-8 text (byte {e.start}: {e.reason}); the file is corrupt - copy it again") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: {what} is not valid JSON ({e}); the file is corrupt - copy it again") from None
 
 
 def read_header(path: Path) -> tuple[dict, int, dict]:
-    """Return (tensor entries, data start offset, metadata) of one safetensors file."""
+    """Return (tensor entries, data start offset, metadata) of one safetensors file, after checking the
+    whole header against the format's rules (every problem found is counted in one CheckpointError)."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -33,28 +72,76 @@ def read_header(path: Path) -> tuple[dict, int, dict]:
         (n,) = struct.unpack("<Q", head)
         if n > size - 8:
             raise CheckpointError(f"{path}: header claims {n} bytes but the file has {size - 8} after the length; the file is truncated - copy it again")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path}: the safetensors JSON header does not parse ({e}); the file is corrupt") from None
-    meta = header.pop("__metadata__", {}) or {}
+        if n > MAX_HEADER:
+            raise CheckpointError(f"{path}: header claims {n} bytes, more than the safetensors limit of {MAX_HEADER}; the file is not safetensors or is corrupt")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: the safetensors header is not UTF-8 (byte {e.start}: {e.reason}); the file is corrupt - copy it again") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: the safetensors JSON header does not parse ({e}); the file is corrupt - copy it again") from None
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: the safetensors header is malformed: {e}; the file is corrupt - write it again") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the safetensors header is {show(header)}, must be a JSON object of tensors; the file is corrupt - write it again")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CheckpointError(f"{path}: the safetensors __metadata__ is {show(meta)}, must be an object of strings; the file is corrupt - write it again")
     data_len = size - 8 - n
-    problems = []
-    for name, ent in header.items():
-        dt = ent.get("dtype")
-        if dt not in _DTYPES:
-            problems.append(f"{name}: dtype {dt!r} is not supported (supported: {sorted(_DTYPES)})")
-            continue
-        begin, end = ent["data_offsets"]
-        numel = int(np.prod(ent["shape"], dtype=np.int64))
-        want = numel * np.dtype(_DTYPES[dt]).itemsize
-        if end - begin != want:
-            problems.append(f"{name}: {end - begin} bytes stored for shape {ent['shape']} {dt} (needs {want})")
-        elif end > data_len:
-            problems.append(f"{name}: data ends at byte {end} but the file holds {data_len} data bytes (truncated)")
+    problems = [p for name, ent in header.items() for p in _entry_problems(name, ent)]
+    if not problems:
+        problems = _layout_problems(header, data_len)
     if problems:
-        raise CheckpointError(f"{path}: cannot read {len(problems)} tensor(s):\n  " + "\n  ".join(problems) + "\nThe file is truncated or corrupt; write or copy it again.")
+        cut = any("truncated" in p for p in problems)
+        raise CheckpointError(
+            f"{path}: cannot read {len(problems)} tensor(s): {first_few(problems)}; the file is "
+            + ("truncated - copy it again" if cut else "corrupt - write or copy it again")
+        )
     return header, 8 + n, meta
+
+
+def _entry_problems(name: str, ent: Any) -> list[str]:
+    if not isinstance(ent, dict):
+        return [f"{name}: entry is {show(ent)}, must be an object with dtype, shape and data_offsets"]
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in ent]
+    if missing:
+        return [f"{name}: entry has no {', '.join(missing)}"]
+    dt, shape, offs = ent["dtype"], ent["shape"], ent["data_offsets"]
+    out = []
+    if dt not in _DTYPES:
+        out.append(f"{name}: dtype {show(dt)} is not supported (supported: {sorted(_DTYPES)})")
+    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        out.append(f"{name}: shape {show(shape)} must be a list of non-negative integers")
+    if not isinstance(offs, list) or len(offs) != 2 or not all(_is_uint(o) for o in offs):
+        out.append(f"{name}: data_offsets {show(offs)} must be two non-negative integers [begin, end]")
+    elif offs[0] > offs[1]:
+        out.append(f"{name}: data_offsets {show(offs)} begin after they end")
+    if out:
+        return out
+    want = int(np.prod(shape, dtype=object)) * np.dtype(_DTYPES[dt]).itemsize
+    if offs[1] - offs[0] != want:
+        return [f"{name}: {offs[1] - offs[0]} bytes stored for shape {shape} {dt} (needs {want})"]
+    return []
+
+
+def _layout_problems(header: dict, data_len: int) -> list[str]:
+    """The spans must tile [0, data_len): sorted by offsets, each begins where the previous ended."""
+    past = [name for name, e in header.items() if e["data_offsets"][1] > data_len]
+    if past:
+        return [f"{name}: data ends at byte {header[name]['data_offsets'][1]} but the file holds {data_len} data bytes (truncated)"
+                for name in past]
+    at, prev, out = 0, None, []
+    for name, e in sorted(header.items(), key=lambda kv: tuple(kv[1]["data_offsets"])):
+        begin, end = e["data_offsets"]
+        if begin < at:
+            out.append(f"{name}: bytes [{begin}, {end}) overlap {prev}'s bytes (ending at {at})")
+        elif begin > at:
+            out.append(f"data bytes [{at}, {begin}) before {name} belong to no tensor")
+        at, prev = max(at, end), name
+    if at < data_len:
+        out.append(f"data bytes [{at}, {data_len}) after the last tensor belong to no tensor")
+    return out
 
 
 def iter_tensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
@@ -70,20 +157,49 @@ def iter_tensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
         yield name, arr
 
 
+def file_dtype(arr: np.ndarray) -> str:
+    """The safetensors dtype name of a loaded array (BF16 reads back as F32: it was widened)."""
+    return {np.dtype(v): k for k, v in _DTYPES.items() if k != "BF16"}.get(arr.dtype, str(arr.dtype))
+
+
+def _shard_index(folder: Path) -> dict[str, str] | None:
+    """The index's ``weight_map`` (tensor -> shard file name), checked; None when the folder has none."""
+    index = folder / INDEX_FILE
+    if not index.exists():
+        return None
+    raw = read_json(index, "the shard index")
+    if not isinstance(raw, dict) or not isinstance(raw.get("weight_map"), dict):
+        got = show(raw.get("weight_map")) if isinstance(raw, dict) else show(raw)
+        raise CheckpointError(f"{index}: not a valid shard index ('weight_map' is {got}); it needs a 'weight_map' object "
+                              f"of tensor name -> shard file - copy the index that came with the shards")
+    weight_map = raw["weight_map"]
+    bad = sorted(f"{k} -> {show(v)}" for k, v in weight_map.items() if not isinstance(v, str))
+    if bad:
+        raise CheckpointError(f"{index}: weight_map values must be shard file names (strings): {first_few(bad)}; "
+                              f"copy the index that came with the shards")
+    outside = sorted({v for v in weight_map.values() if not _inside(v)})
+    if outside:
+        raise CheckpointError(f"{index}: shard name(s) {first_few([repr(v) for v in outside])} leave the checkpoint folder "
+                              f"(absolute, '..' or empty); shard names must be file names inside {folder}")
+    return weight_map
+
+
+def _inside(name: str) -> bool:
+    """A relative name that cannot leave the folder (checked on the name, POSIX and Windows separators)."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    return bool(name) and not name.startswith(("/", "\\")) and ".." not in parts and bool(parts)
+
+
 def checkpoint_files(folder: Path) -> list[Path]:
     """The safetensors files of a checkpoint folder: from the shard index when there is one."""
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist or is not a folder; give the folder that holds config.json and *.safetensors")
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{index}: not a valid shard index ({e}); it needs a 'weight_map' object") from None
+    weight_map = _shard_index(folder)
+    if weight_map is not None:
         names = sorted(set(weight_map.values()))
-        missing = [n for n in names if not (folder / n).exists()]
+        missing = [n for n in names if not (folder / n).is_file()]
         if missing:
-            raise CheckpointError(f"{index} names shard file(s) {missing} that are not in {folder}; copy the missing shards")
+            raise CheckpointError(f"{folder / INDEX_FILE} names shard file(s) {first_few(missing)} that are not in {folder}; copy the missing shards")
         return [folder / n for n in names]
     files = sorted(f for f in folder.glob("*.safetensors") if f.name != QUANT_FILE)
     if not files:
@@ -92,22 +208,31 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 
 def load_folder_tensors(folder: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a checkpoint folder; with a shard index, each tensor must be in the shard it names."""
     out: dict[str, np.ndarray] = {}
+    where: dict[str, str] = {}
     for f in checkpoint_files(folder):
         for name, arr in iter_tensors(f):
             if name in out:
-                raise CheckpointError(f"tensor {name!r} appears in more than one shard ({f.name} and another); the checkpoint is inconsistent")
-            out[name] = arr
+                raise CheckpointError(f"tensor {name!r} appears in more than one shard ({where[name]} and {f.name}); the checkpoint is inconsistent - keep one")
+            out[name], where[name] = arr, f.name
+    weight_map = _shard_index(folder)
+    if weight_map is not None:
+        lies = [f"{n} (index: {s}, stored in {where[n]})" for n, s in weight_map.items() if n in where and where[n] != s]
+        lies += [f"{n} (index: {s}, stored in no shard)" for n, s in weight_map.items() if n not in where]
+        lies += [f"{n} (stored in {where[n]}, not in the index)" for n in where if n not in weight_map]
+        if lies:
+            raise CheckpointError(f"{folder / INDEX_FILE} does not match its shards for {len(lies)} tensor(s): "
+                                  f"{first_few(sorted(lies))}; copy the index that came with the shards")
     return out
 
 
 def read_config(folder: Path) -> dict:
+    """The folder's ``config.json`` as a dict (UTF-8, valid JSON, a JSON object)."""
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist or is not a folder; give the folder that holds config.json and *.safetensors")
     cfg = folder / "config.json"
-    if not cfg.exists():
+    if not cfg.is_file():
         raise CheckpointError(f"{folder} has no config.json; a checkpoint folder needs config.json and *.safetensors")
-    try:
-        return json.loads(cfg.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg}: not valid JSON ({e})") from None
+    return top_object(read_json(cfg, "config.json"), str(cfg))
+

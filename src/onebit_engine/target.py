@@ -394,7 +394,7 @@ def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference
     projections are handed to the backend pre-quantized (``host-int`` / ``xrt`` run the codes as they
     are; ``reference`` runs their float dequantization)."""
     folder = Path(path)
-    config = TargetConfig.from_hf(read_config(folder))
+    config = TargetConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
     tensors = load_folder_tensors(folder)
     if (folder / QUANT_FILE).exists():  # a servable quantized folder (`onebit quantize --out DIR`)
         from .quant import load_quantized

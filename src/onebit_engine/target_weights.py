@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from .config import TargetConfig
+from .config_check import first_few
 from .errors import WeightError
+from .safetensors_io import FLOAT_DTYPES, file_dtype
 
 IGNORED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
 
@@ -68,7 +70,8 @@ def normalize_names(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) -> dict[str, np.ndarray]:
-    """Validate every tensor at once, then return float32 engine-form weights."""
+    """Validate every tensor at once (names, shapes, float dtypes, finite values), then return float32
+    engine-form weights."""
     tensors = normalize_names(raw)
     want = file_shapes(cfg)
     if cfg.tie_word_embeddings:
@@ -77,22 +80,52 @@ def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) ->
     missing = sorted(set(want) - set(tensors))
     unknown = sorted(set(tensors) - set(want))
     if missing:
-        problems.append(f"{len(missing)} missing tensor(s): " + ", ".join(missing))
+        problems.append(f"{len(missing)} missing tensor(s): " + first_few(missing))
     if unknown:
-        problems.append(f"{len(unknown)} unknown tensor(s): " + ", ".join(unknown))
-    for name in sorted(set(want) & set(tensors)):
-        if tuple(tensors[name].shape) != want[name]:  # a QuantWeight reports its logical [N, K] shape
-            problems.append(f"shape mismatch {name}: file {tuple(tensors[name].shape)}, config needs {want[name]}")
+        problems.append(f"{len(unknown)} unknown tensor(s): " + first_few(unknown))
+    shaped = sorted(set(want) & set(tensors))
+    wrong = [f"shape mismatch {n}: file {tuple(tensors[n].shape)}, config needs {want[n]}"  # a QuantWeight
+             for n in shaped if tuple(tensors[n].shape) != want[n]]                         # reports [N, K]
+    if wrong:
+        problems.append(first_few(wrong))
+    floats = [n for n in shaped if not _is_quant(tensors[n])]
+    problems += value_problems({n: tensors[n] for n in floats})
     if problems:
         raise WeightError(
             f"checkpoint {source} does not match its config ({cfg.model_type}, {cfg.num_hidden_layers} layers, "
-            f"hidden {cfg.hidden_size}):\n  " + "\n  ".join(problems)
-            + "\nFix the config.json or re-export the weights; nothing was loaded."
+            f"hidden {cfg.hidden_size}): " + "; ".join(problems)
+            + "; fix the config.json or re-export the weights (float dtypes, finite values); nothing was loaded"
         )
     w = {k: v if _is_quant(v) else np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
     if cfg.layout == "grouped":
         _regroup(w, cfg)
     return w
+
+
+def value_problems(tensors: dict[str, np.ndarray]) -> list[str]:
+    """Float weights stored as integers or bools, and weights holding NaN / inf (checked as the float32
+    the engine runs, so a float64 value past float32's range counts): one summary line per kind."""
+    ints = [f"{n} ({file_dtype(a)})" for n, a in tensors.items() if a.dtype.kind not in "f"]
+    bad = [n for n, a in tensors.items() if a.dtype.kind == "f" and not _finite(a)]
+    out = []
+    if ints:
+        out.append(f"{len(ints)} float weight(s) stored as integer or bool: {first_few(ints)} "
+                   f"(allowed: {', '.join(FLOAT_DTYPES)})")
+    if bad:
+        out.append(f"{len(bad)} tensor(s) hold NaN or inf: {first_few([_nonfinite(n, tensors[n]) for n in bad])}")
+    return out
+
+
+def _finite(a: np.ndarray) -> bool:
+    if a.dtype == np.float64:  # what the engine will hold: float32
+        a = a.astype(np.float32)
+    return bool(np.isfinite(a).all())
+
+
+def _nonfinite(name: str, a: np.ndarray) -> str:
+    a32 = np.asarray(a, dtype=np.float32) if a.dtype == np.float64 else a
+    nan, inf = int(np.isnan(a32).sum()), int(np.isinf(a32).sum())
+    return f"{name} ({nan} NaN, {inf} inf{' in float32' if a.dtype == np.float64 else ''})"
 
 
 def _is_quant(v) -> bool:

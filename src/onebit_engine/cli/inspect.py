@@ -25,9 +25,38 @@ def _tensors(files: list[Path]) -> list[dict[str, Any]]:
     return out
 
 
+def _quantization(path: Path, meta: dict, tensors: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a quantized file holds: its formats and, per weight, format, shape, bytes and bits/weight."""
+    from ..quant.io import quant_header
+
+    head = quant_header(path, meta)
+    sizes = {t["name"]: t["bytes"] for t in tensors}
+    weights = []
+    for name, e in sorted(head["weights"].items()):
+        n, k = e["shape"]
+        nbytes = sizes.get(f"{name}.qdata", 0) + sizes.get(f"{name}.scale", 0)
+        weights.append({"name": name, "format": e["format"], "shape": [n, k], "bytes": nbytes,
+                        "bits_per_weight": 8 * nbytes / (n * k) if n * k else 0.0})
+    return {"format_version": head["version"], "formats": sorted({w["format"] for w in weights}), "weights": weights}
+
+
+def _stage_header(path: Path, meta: dict) -> dict:
+    try:
+        head = json.loads(meta["onebit.stage"])
+    except ValueError as e:
+        raise CheckpointError(f"{path}: malformed 'onebit.stage' header ({e}); write the stage file again") from None
+    if not isinstance(head, dict) or not isinstance(head.get("payload", {}), dict):
+        raise CheckpointError(f"{path}: malformed 'onebit.stage' header (not an object with a 'payload' object); "
+                              f"write the stage file again")
+    return head
+
+
 def describe(path: "str | Path") -> dict[str, Any]:
-    """A JSON-ready description: kind, config summary, quantization, tensors and totals."""
-    from ..safetensors_io import checkpoint_files, read_config, read_header
+    """A JSON-ready description: kind, config summary, quantization, tensors and totals.
+
+    A folder written by ``onebit quantize --out DIR`` reports the quantization of its
+    ``quantized.safetensors`` (formats and weights) and lists that file's tensors with the float ones."""
+    from ..safetensors_io import QUANT_FILE, checkpoint_files, read_config, read_header
 
     p = Path(path)
     if not p.exists():
@@ -36,39 +65,38 @@ def describe(path: "str | Path") -> dict[str, Any]:
         raw = read_config(p)
         tensors = _tensors(checkpoint_files(p))
         archs = raw.get("architectures") or []
-        if "dflash_config" in raw or any("DFlash" in a for a in archs):
+        source = str(p / "config.json")
+        if "dflash_config" in raw or (isinstance(archs, list) and any("DFlash" in str(a) for a in archs)):
             from ..draft import DraftConfig
 
-            c = DraftConfig.from_hf(raw)
+            c = DraftConfig.from_hf(raw, source=source)
             kind, cfg = "draft", {k: getattr(c, k) for k in (
                 "version", "block_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "head_dim", "intermediate_size", "target_layer_ids", "mask_token_id", "vocab_size")}
         else:
             from ..config import TargetConfig
 
-            c = TargetConfig.from_hf(raw)
+            c = TargetConfig.from_hf(raw, source=source)
             kind, cfg = "target", {k: getattr(c, k) for k in (
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "layer_types",
                 "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
                 "tie_word_embeddings")}
         dtypes = sorted({t["dtype"] for t in tensors})
         quant = raw.get("quantization_config") or f"none (float checkpoint, dtypes {', '.join(dtypes)})"
+        qfile = p / QUANT_FILE
+        if qfile.is_file():  # a servable quantized folder: projections quantized, the rest float
+            qtensors = _tensors([qfile])
+            quant = {**_quantization(qfile, read_header(qfile)[2], qtensors), "file": QUANT_FILE,
+                     "float_dtypes": dtypes}
+            tensors += qtensors
     else:
         _, _, meta = read_header(p)
         tensors = _tensors([p])
         if "onebit.quant" in meta:
-            head = json.loads(meta["onebit.quant"])
-            kind, cfg = "quantized", {"format_version": head.get("version")}
-            sizes = {t["name"]: t["bytes"] for t in tensors}
-            weights = []
-            for name, e in sorted(head.get("weights", {}).items()):
-                n, k = e["shape"]
-                nbytes = sizes.get(f"{name}.qdata", 0) + sizes.get(f"{name}.scale", 0)
-                weights.append({"name": name, "format": e["format"], "shape": [n, k], "bytes": nbytes,
-                                "bits_per_weight": 8 * nbytes / (n * k) if n * k else 0.0})
-            quant = {"formats": sorted({w["format"] for w in weights}), "weights": weights}
+            quant = _quantization(p, meta, tensors)
+            kind, cfg = "quantized", {"format_version": quant["format_version"]}
         elif "onebit.stage" in meta:
-            head = json.loads(meta["onebit.stage"])
+            head = _stage_header(p, meta)
             kind, cfg = f"stage ({head.get('kind')})", {"version": head.get("version"), **head.get("payload", {})}
             quant = None
             cfg["provenance"] = head.get("provenance")
@@ -91,11 +119,15 @@ def cmd_inspect(args) -> int:
         print(f"  {k}: {v}")
     q = d["quantization"]
     if isinstance(q, dict) and "weights" in q:
-        print(f"quantization: {', '.join(q['formats'])} (one float32 scale per output channel)")
+        where = f" in {q['file']}; other tensors float ({', '.join(q['float_dtypes'])})" if "file" in q else ""
+        print(f"quantization: {', '.join(q['formats'])}, {len(q['weights'])} weights{where} "
+              f"(one float32 scale per output channel)")
         print(ui.table(["weight", "format", "shape", "bytes", "bits/weight"],
                        [(w["name"], w["format"], "x".join(map(str, w["shape"])), w["bytes"], w["bits_per_weight"]) for w in q["weights"]]))
-        return 0
-    if q is not None:
+        if "file" not in q:
+            return 0
+        print()
+    elif q is not None:
         print(f"quantization: {q}")
     print(ui.table(["tensor", "shape", "dtype", "bytes"],
                    [(t["name"], "x".join(map(str, t["shape"])) or "scalar", t["dtype"], t["bytes"]) for t in d["tensors"]]))

@@ -180,7 +180,12 @@ def check_k(k: int | None, draft, default: int | None = None) -> int:
 
 # -- tokenizer and prompts ------------------------------------------------------------------------------
 def load_tokenizer(path: Path):
-    """The tokenizer at ``path`` (a ``tokenizer.json``), or None when there is none."""
+    """The tokenizer at ``path`` (a ``tokenizer.json``), or None when there is none.
+
+    A tokenizer.json that is there but broken (or unreadable for want of the ``tokenizers`` package) is
+    refused, naming the file, even for a run given --prompt-ids: such a run still prints its tokens as
+    text with it, and a model folder whose tokenizer is broken is a broken folder - better said at load,
+    before any decoding work, than as a traceback after it (or as a silent run without text)."""
     if not path.is_file():
         return None
     pre = _pretrained()

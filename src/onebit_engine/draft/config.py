@@ -14,11 +14,38 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..config import MAX_LAYERS
+from ..config_check import Field, Problems, lookup, read_field, read_int_list, read_name_list, read_object, show, top_object, typed
 from ..errors import ConfigError
 
 DRAFT_ARCHITECTURES = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2}
 DRAFT_LAYER_TYPES = ("full_attention", "sliding_attention")
 V2_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+
+# DraftConfig field -> its config.json value at the top level (HF Qwen3Config).
+TOP_FIELDS: dict[str, Field] = {
+    "hidden_size": Field("hidden_size", "int", min=1),
+    "intermediate_size": Field("intermediate_size", "int", min=1),
+    "num_hidden_layers": Field("num_hidden_layers", "int", min=1, max=MAX_LAYERS),
+    "num_attention_heads": Field("num_attention_heads", "int", min=1),
+    "num_key_value_heads": Field("num_key_value_heads", "int", None, min=1, null_is_default=True),
+    "head_dim": Field("head_dim", "int", None, min=1, null_is_default=True),  # missing: refused above
+    "rms_norm_eps": Field("rms_norm_eps", "float", 1e-6, above=0),
+    "vocab_size": Field("vocab_size", "int", None, min=1, null_is_default=True),
+}
+# DraftConfig field -> its value, read from ``dflash_config`` first, then the top level (REF-NEW).
+DFLASH_FIELDS: dict[str, Field] = {
+    "mask_token_id": Field("mask_token_id", "int", min=0),
+    "block_size": Field("block_size", "int", 16, min=2),
+    "num_target_layers": Field("num_target_layers", "int", None, min=1, null_is_default=True),
+    "output_multiplier": Field("output_multiplier", "float", 1.0),
+    "input_embedding_scale": Field("input_embedding_scale", "float", 1.0),
+    **{f: Field(f, "int", 0, min=0, null_is_default=True) for f in V2_FIELDS},
+}
+SUPPORT_FIELDS = (
+    Field("hidden_act", "str", "silu", choices=("silu",)),
+    Field("attention_bias", "bool", False, choices=(False,)),
+)
 
 
 @dataclass(frozen=True)
@@ -56,41 +83,9 @@ class DraftConfig:
     selector_top_k: int = 0
 
     def __post_init__(self) -> None:
-        if self.version not in (1, 2):
-            raise ConfigError(f"draft version {self.version} is not 1 (DFlash) or 2 (DFlash 2)")
-        if len(self.layer_types) != self.num_hidden_layers:
-            raise ConfigError(
-                f"layer_types has {len(self.layer_types)} entries but num_hidden_layers is "
-                f"{self.num_hidden_layers}; give one type per draft layer"
-            )
-        bad = sorted({t for t in self.layer_types if t not in DRAFT_LAYER_TYPES})
-        if bad:
-            raise ConfigError(f"unknown draft layer type(s) {bad}; expected one of {DRAFT_LAYER_TYPES}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
-                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
-                f"num_key_value_heads ({self.num_key_value_heads})"
-            )
-        if self.head_dim % 2:
-            raise ConfigError(f"head_dim {self.head_dim} must be even for rotate-half RoPE")
-        if self.block_size < 2:
-            raise ConfigError(f"block_size {self.block_size} must be >= 2 (anchor + at least one draft)")
-        if not self.target_layer_ids:
-            raise ConfigError("target_layer_ids is empty; the draft needs at least one target layer to tap")
-        if self.sliding_window is not None and self.sliding_window < 1:
-            raise ConfigError(f"sliding_window {self.sliding_window} must be >= 1 (or null for no window)")
-        if self.version == 2:
-            missing = [f for f in V2_FIELDS if getattr(self, f) <= 0]
-            if missing:
-                raise ConfigError(
-                    f"a DFlash 2 draft needs positive {missing} in dflash_config; the config gives "
-                    f"{ {f: getattr(self, f) for f in missing} }"
-                )
-            if self.hidden_size % self.conv_group_size:
-                raise ConfigError(
-                    f"hidden_size ({self.hidden_size}) must be divisible by conv_group_size "
-                    f"({self.conv_group_size})"
-                )
+        problems = consistency_problems(asdict(self))
+        if problems:
+            raise ConfigError("DraftConfig: " + "; ".join(problems))
 
     # Derived per-layer attention layout (the REF-NEW rule, dflash.md 2.4).
     @property
@@ -115,82 +110,117 @@ class DraftConfig:
         return d
 
     @classmethod
-    def from_hf(cls, raw: dict[str, Any]) -> "DraftConfig":
-        """Build from a parsed draft ``config.json`` (``model_type: qwen3`` + ``dflash_config``)."""
-        dcfg = raw.get("dflash_config") or {}
-        if not isinstance(dcfg, dict):
-            raise ConfigError(f"dflash_config must be a JSON object, got {type(dcfg).__name__}")
-
-        def value(name: str, default: Any = None) -> Any:
-            return dcfg.get(name, raw.get(name, default))
-
-        if raw.get("attention_bias", False):
-            raise ConfigError("attention_bias=true is not supported for the draft (no known DFlash checkpoint uses it)")
-        if raw.get("hidden_act", "silu") != "silu":
-            raise ConfigError(f"draft hidden_act {raw.get('hidden_act')!r} is not supported; only 'silu' is")
-        if value("attention_sink_bias") is not None:
-            raise ConfigError("dflash_config.attention_sink_bias (MiMo-style sinks) is not supported by this draft")
-        n = _need(raw, "num_hidden_layers")
-        heads = _need(raw, "num_attention_heads")
-        if "head_dim" not in raw:
-            raise ConfigError(
-                "draft config.json has no 'head_dim'; HF Qwen3Config would silently default it to 128 - "
-                "add the real head_dim to config.json"
-            )
-        use_sw = bool(raw.get("use_sliding_window", False))
+    def from_hf(cls, raw: Any, source: str = "draft config.json") -> "DraftConfig":
+        """Build from a parsed draft ``config.json`` (``model_type: qwen3`` + ``dflash_config``); every
+        value read is typed and ranged, and every problem is refused at once."""
+        raw = top_object(raw, source)
+        p = Problems(source)
+        dcfg = read_object(p, "dflash_config", raw.get("dflash_config"))
+        top, dflash = [("", raw)], [("dflash_config.", dcfg), ("", raw)]
+        for f in SUPPORT_FIELDS:
+            read_field(p, f, top)
+        if lookup("attention_sink_bias", dflash)[1] is not None:
+            p.add("dflash_config.attention_sink_bias (MiMo-style sinks) is not supported by this draft")
+        if raw.get("head_dim") is None:
+            p.add("head_dim is missing; HF Qwen3Config would silently default it to 128 - add the real head_dim")
+        v: dict[str, Any] = {name: read_field(p, f, top) for name, f in TOP_FIELDS.items()}
+        v.update({name: read_field(p, f, dflash) for name, f in DFLASH_FIELDS.items()})
+        if v["num_key_value_heads"] is None:
+            v["num_key_value_heads"] = v["num_attention_heads"]
+        use_sw = read_field(p, Field("use_sliding_window", "bool", False), top)
         window = raw.get("sliding_window", 4096) if use_sw else None
-        layer_types = raw.get("layer_types")
-        if layer_types is None:  # HF Qwen3Config default
-            mwl = int(raw.get("max_window_layers", 28))
-            layer_types = ["sliding_attention" if window is not None and i >= mwl else "full_attention" for i in range(n)]
-        rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", None):
-            raise ConfigError(f"draft rope_type {rope_type!r} is not supported; only 'default' RoPE is")
-        if float(rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))) != 1.0:
-            raise ConfigError("draft partial_rotary_factor != 1 is not supported (Qwen3 drafts rotate all of head_dim)")
-        theta = float(rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
-        ids = value("target_layer_ids")
-        if ids is None:
-            n_target = value("num_target_layers")
-            if n_target is None:
-                raise ConfigError(
-                    "draft config gives neither dflash_config.target_layer_ids nor num_target_layers; "
-                    "add target_layer_ids (the target layers whose outputs feed the draft)"
-                )
-            ids = build_target_layer_ids(int(n_target), n)
-        mask = value("mask_token_id")
-        if mask is None:
-            raise ConfigError("draft config has no mask_token_id (in dflash_config or at top level); add it")
-        softcap = value("final_logit_softcapping")
-        is_causal = value("is_causal")
-        n_target = value("num_target_layers")
-        return cls(
-            version=_version(raw, value),
-            hidden_size=_need(raw, "hidden_size"),
-            intermediate_size=_need(raw, "intermediate_size"),
-            num_hidden_layers=n,
-            num_attention_heads=heads,
-            num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
-            head_dim=int(raw["head_dim"]),
-            target_layer_ids=tuple(int(i) for i in ids),
-            mask_token_id=int(mask),
-            block_size=int(value("block_size", 16)),
-            layer_types=tuple(layer_types),
-            sliding_window=None if window is None else int(window),
-            is_causal=None if is_causal is None else bool(is_causal),
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            rope_theta=theta,
-            vocab_size=None if raw.get("vocab_size") is None else int(raw["vocab_size"]),
-            num_target_layers=None if n_target is None else int(n_target),
-            output_multiplier=float(value("output_multiplier", 1.0)),
-            final_logit_softcapping=None if softcap is None or float(softcap) <= 0 else float(softcap),
-            input_embedding_scale=float(value("input_embedding_scale", 1.0)),
-            conv_kernel_size=int(value("conv_kernel_size", 0) or 0),
-            conv_group_size=int(value("conv_group_size", 0) or 0),
-            selector_rank=int(value("selector_rank", 0) or 0),
-            selector_top_k=int(value("selector_top_k", 0) or 0),
-        )
+        if window is not None:
+            window = typed(p, "sliding_window", window, Field("sliding_window", "int", min=1))
+        v["sliding_window"] = window
+        rope = _rope(p, raw)
+        prf = read_field(p, Field("partial_rotary_factor", "float", 1.0), rope + top)
+        if prf is not None and prf != 1.0:
+            p.add("partial_rotary_factor != 1 is not supported (Qwen3 drafts rotate all of head_dim)")
+        v["rope_theta"] = read_field(p, Field("rope_theta", "float", 10000.0, above=0), rope + top)
+        v["layer_types"] = _layer_types(p, raw, v["num_hidden_layers"], use_sw and window is not None)
+        v["target_layer_ids"] = _target_layer_ids(p, dflash, v["num_target_layers"], v["num_hidden_layers"])
+        label, cap, _ = lookup("final_logit_softcapping", dflash)
+        cap = None if cap is None else typed(p, label, cap, Field("final_logit_softcapping", "float"))
+        v["final_logit_softcapping"] = None if cap is None or cap <= 0 else cap
+        label, causal, _ = lookup("is_causal", dflash)
+        v["is_causal"] = None if causal is None else typed(p, label, causal, Field("is_causal", "bool"))
+        v["version"] = _version(p, raw, v)
+        p.items.extend(consistency_problems(v))
+        p.check("fix these values in the draft's config.json (or use the one that came with the weights); nothing was loaded")
+        return cls(**v)
+
+
+def consistency_problems(v: dict[str, Any]) -> list[str]:
+    """Rules between draft values (each checked only when its values were read cleanly)."""
+    out: list[str] = []
+
+    def known(*keys: str) -> bool:
+        return all(v.get(k) is not None for k in keys)
+
+    if known("version") and v["version"] not in (1, 2):
+        out.append(f"draft version {v['version']} is not 1 (DFlash) or 2 (DFlash 2)")
+    if known("layer_types", "num_hidden_layers"):
+        if len(v["layer_types"]) != v["num_hidden_layers"]:
+            out.append(f"layer_types has {len(v['layer_types'])} entries but num_hidden_layers is "
+                       f"{v['num_hidden_layers']}; give one type per draft layer")
+        bad = sorted({t for t in v["layer_types"] if t not in DRAFT_LAYER_TYPES})
+        if bad:
+            out.append(f"unknown draft layer type(s) {bad}; expected one of {DRAFT_LAYER_TYPES}")
+    if known("num_attention_heads", "num_key_value_heads") and v["num_attention_heads"] % v["num_key_value_heads"]:
+        out.append(f"num_attention_heads ({v['num_attention_heads']}) must be divisible by "
+                   f"num_key_value_heads ({v['num_key_value_heads']})")
+    if known("head_dim") and v["head_dim"] % 2:
+        out.append(f"head_dim {v['head_dim']} must be even for rotate-half RoPE")
+    if known("block_size") and v["block_size"] < 2:
+        out.append(f"block_size {v['block_size']} must be >= 2 (anchor + at least one draft)")
+    if known("target_layer_ids") and not v["target_layer_ids"]:
+        out.append("target_layer_ids is empty; the draft needs at least one target layer to tap")
+    if known("sliding_window") and v["sliding_window"] < 1:
+        out.append(f"sliding_window {v['sliding_window']} must be >= 1 (or null for no window)")
+    if v.get("version") == 2 and known(*V2_FIELDS):
+        missing = [f for f in V2_FIELDS if v[f] <= 0]
+        if missing:
+            out.append(f"a DFlash 2 draft needs positive {missing} in dflash_config; the config gives "
+                       f"{ {f: v[f] for f in missing} }")
+        elif known("hidden_size") and v["hidden_size"] % v["conv_group_size"]:
+            out.append(f"hidden_size ({v['hidden_size']}) must be divisible by conv_group_size "
+                       f"({v['conv_group_size']})")
+    return out
+
+
+def _rope(p: Problems, raw: dict) -> list[tuple[str, dict]]:
+    found: list[tuple[str, dict]] = []
+    for key in ("rope_parameters", "rope_scaling"):
+        obj = read_object(p, key, raw.get(key))
+        if obj and not found:
+            found = [(key + ".", obj)]
+    for prefix, obj in found:
+        label, rt = (prefix + "rope_type", obj["rope_type"]) if "rope_type" in obj else (prefix + "type", obj.get("type"))
+        if rt not in ("default", None):
+            p.add(f"draft {label} {rt!r} is not supported; only 'default' RoPE is")
+    return found
+
+
+def _layer_types(p: Problems, raw: dict, n: int | None, windowed: bool) -> tuple[str, ...] | None:
+    if raw.get("layer_types") is not None:
+        got = read_name_list(p, "layer_types", raw["layer_types"], DRAFT_LAYER_TYPES)
+        return None if got is None else tuple(got)
+    mwl = read_field(p, Field("max_window_layers", "int", 28, min=0), [("", raw)])  # HF Qwen3Config default
+    if mwl is None or n is None:
+        return None
+    return tuple("sliding_attention" if windowed and i >= mwl else "full_attention" for i in range(n))
+
+
+def _target_layer_ids(p: Problems, dflash: list, n_target: int | None, n: int | None) -> tuple[int, ...] | None:
+    label, ids, _ = lookup("target_layer_ids", dflash)
+    if ids is not None:
+        got = read_int_list(p, label, ids)
+        return None if got is None else tuple(got)
+    if lookup("num_target_layers", dflash)[1] is None:
+        p.add("neither dflash_config.target_layer_ids nor num_target_layers is given; add target_layer_ids "
+              "(the target layers whose outputs feed the draft)")
+        return None
+    return None if n_target is None or n is None else tuple(build_target_layer_ids(n_target, n))
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -201,15 +231,13 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> lis
     return [round(start + i * (end - start) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
 
 
-def _version(raw: dict[str, Any], value: Any) -> int:
+def _version(p: Problems, raw: dict[str, Any], v: dict[str, Any]) -> int:
     """1 or 2: from ``architectures`` when it names a DFlash class, else from the DFlash 2 fields."""
-    for arch in raw.get("architectures") or []:
+    archs = raw.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        p.add(f"architectures is {show(archs)}, must be a list of class names")
+        archs = []
+    for arch in archs:
         if arch in DRAFT_ARCHITECTURES:
             return DRAFT_ARCHITECTURES[arch]
-    return 2 if any(value(f) for f in V2_FIELDS) else 1
-
-
-def _need(d: dict[str, Any], key: str) -> int:
-    if key not in d:
-        raise ConfigError(f"draft config.json has no {key!r}; a DFlash draft config must give it")
-    return int(d[key])
+    return 2 if any(v.get(f) for f in V2_FIELDS) else 1

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from ..config_check import first_few
 from ..errors import ConfigError, WeightError
 from ..gemm import Linear, get_backend
 from ..safetensors_io import load_folder_tensors, read_config
+from ..target_weights import value_problems
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
 from .model import Draft, DraftLayer
@@ -37,7 +39,7 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
     ``"auto"`` (numba when installed); see ``draft.ops``."""
     ops_set = resolve_ops(ops)
     folder = Path(path)
-    config = DraftConfig.from_hf(read_config(folder))
+    config = DraftConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
     check_fits_target(config, target.config)
     tensors = canonical_names(load_folder_tensors(folder))
     check_tensors(tensors, expected_shapes(config, target.config.vocab_size))
@@ -113,9 +115,7 @@ def check_fits_target(config: DraftConfig, target_config: Any) -> None:
     if config.num_target_layers is not None and config.num_target_layers != n_layers:
         problems.append(f"draft was built for num_target_layers={config.num_target_layers}, the target has {n_layers}")
     if problems:
-        raise ConfigError(
-            "the draft does not fit this target:\n  " + "\n  ".join(problems) + "\nLoad the draft trained for this target."
-        )
+        raise ConfigError("the draft does not fit this target: " + "; ".join(problems) + "; load the draft trained for this target")
 
 
 def canonical_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -171,20 +171,25 @@ def expected_shapes(c: DraftConfig, vocab: int) -> dict[str, tuple[int, ...]]:
 
 
 def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:
-    """One WeightError listing every missing tensor, unknown tensor and shape mismatch."""
+    """One WeightError naming every kind of problem (the first few of each, counted): missing tensors,
+    unknown tensors, shape mismatches, float weights stored as integers, NaN / inf values."""
     missing = sorted(set(shapes) - set(tensors))
     unknown = sorted(set(tensors) - set(shapes))
-    wrong = sorted(
-        f"{n}: shape {tuple(tensors[n].shape)} in the file, config needs {shapes[n]}"
-        for n in set(shapes) & set(tensors)
-        if tuple(tensors[n].shape) != shapes[n]
-    )
-    lines = [f"missing tensor {n} (shape {shapes[n]})" for n in missing]
-    lines += [f"unknown tensor {n} (shape {tuple(tensors[n].shape)})" for n in unknown]
-    lines += wrong
+    shaped = sorted(set(shapes) & set(tensors))
+    wrong = [f"{n}: shape {tuple(tensors[n].shape)} in the file, config needs {shapes[n]}"
+             for n in shaped if tuple(tensors[n].shape) != shapes[n]]
+    lines = []
+    if missing:
+        lines.append(first_few([f"missing tensor {n} (shape {shapes[n]})" for n in missing]))
+    if unknown:
+        lines.append(first_few([f"unknown tensor {n} (shape {tuple(tensors[n].shape)})" for n in unknown]))
+    if wrong:
+        lines.append(first_few(wrong))
+    lines += value_problems({n: tensors[n] for n in shaped})
     if lines:
         raise WeightError(
             f"the draft checkpoint does not match its config.json ({len(missing)} missing, {len(unknown)} unknown, "
-            f"{len(wrong)} wrong shape):\n  " + "\n  ".join(lines)
-            + "\nUse the config.json that came with these weights (layer count, heads, sizes, version)."
+            f"{len(wrong)} wrong shape): " + "; ".join(lines)
+            + "; use the config.json that came with these weights (layer count, heads, sizes, version) and "
+            "weights in a float dtype with finite values"
         )

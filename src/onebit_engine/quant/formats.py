@@ -123,6 +123,31 @@ def unpack_codes(fmt: str, data: np.ndarray, k: int) -> np.ndarray:
     return np.where(codes == 1, 1, np.where(codes == 2, -1, 0)).astype(np.int8)
 
 
+def load_problems(fmt: str, data: np.ndarray, scale: np.ndarray, k: int) -> list[str]:
+    """What is wrong with codes and scales read from a file (empty when nothing): scales must be finite
+    and > 0 (quantize_weight writes 1.0 for a zero row), codes within the format's range (int8 -128, int4
+    -8 and the ternary code 3 are never written), and the padding past K zero codes."""
+    out = []
+    bad = ~(np.isfinite(scale) & (scale > 0))
+    if bad.any():
+        out.append(f"{int(bad.sum())} scale(s) are NaN, inf or <= 0 (first at row {int(np.argmax(bad))}: {scale[bad][0]!r})")
+    per = CODES_PER_BYTE[fmt]
+    if fmt == "int8":
+        codes_bad = bool((data == 0x80).any())
+        pad_bad = False
+    else:
+        bits = 8 // per
+        fields = [(data >> (bits * j)) & ((1 << bits) - 1) for j in range(per)]  # code j of every byte
+        codes_bad = any(bool((f == (8 if fmt == "int4" else 3)).any()) for f in fields)
+        pad = data.shape[1] * per - k  # unused codes in the last byte of each row
+        pad_bad = pad > 0 and any(bool(f[:, -1].any()) for f in fields[per - pad:])
+    if codes_bad:
+        out.append(f"{fmt} codes outside [-{QMAX[fmt]}, {QMAX[fmt]}]")
+    if pad_bad:
+        out.append(f"non-zero padding codes past K={k}")
+    return out
+
+
 def take_rows(w: QuantWeight, rows: np.ndarray) -> QuantWeight:
     """The output channels ``rows`` of ``w`` (codes are packed along K, so rows move whole)."""
     rows = np.asarray(rows, dtype=np.int64)

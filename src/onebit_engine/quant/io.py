@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config_check import first_few, show
 from ..errors import CheckpointError
-from .formats import QuantWeight
+from .formats import CODES_PER_BYTE, FORMATS, QuantWeight, load_problems
 
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -33,37 +34,79 @@ def save_quantized(path: "str | Path", weights: dict[str, QuantWeight]) -> None:
 
 
 def load_quantized(path: "str | Path") -> dict[str, QuantWeight]:
-    from safetensors import safe_open
+    """Read a file written by :func:`save_quantized`. Everything is checked before anything is returned:
+    the safetensors layout, the header, each weight's tensors (``.qdata`` U8, ``.scale`` F32, their shapes),
+    finite positive scales and codes within the format; every problem is named in one CheckpointError."""
+    from ..safetensors_io import iter_tensors, read_header
 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"quantized weight file {str(path)!r} does not exist; save one with save_quantized()")
-    with safe_open(str(path), framework="np") as f:
-        meta = f.metadata() or {}
-        if HEADER_KEY not in meta:
-            raise CheckpointError(
-                f"{str(path)!r} has no {HEADER_KEY!r} metadata header, so it is not a quantized weight "
-                f"file; write it with onebit_engine.quant.save_quantized()"
-            )
-        try:
-            header = json.loads(meta[HEADER_KEY])
-            version = header["version"]
-            entries = header["weights"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{str(path)!r}: malformed {HEADER_KEY!r} header ({e}); re-save the file") from e
-        if version not in SUPPORTED_VERSIONS:
-            raise CheckpointError(
-                f"{str(path)!r}: quantized format version {version!r} is not supported (this engine reads "
-                f"versions {list(SUPPORTED_VERSIONS)}); upgrade onebit-specverify or re-quantize the weights"
-            )
-        out = {}
-        for name, e in entries.items():
-            try:
-                out[name] = QuantWeight(
-                    e["format"], tuple(int(d) for d in e["shape"]),
-                    np.ascontiguousarray(f.get_tensor(f"{name}.qdata")),
-                    np.ascontiguousarray(f.get_tensor(f"{name}.scale")),
-                )
-            except Exception as err:  # safetensors raises its own error type for a missing tensor
-                raise CheckpointError(f"{str(path)!r}: weight {name!r} is inconsistent: {err}") from err
-        return out
+    entries, _, meta = read_header(path)
+    header = quant_header(path, meta)
+    tensors = dict(iter_tensors(path))
+    out, problems = {}, []
+    for name, e in header["weights"].items():
+        detail = _weight_problems(name, e, entries, tensors)
+        if detail:
+            problems.append(f"weight {name!r} is inconsistent: {detail}")
+        else:
+            out[name] = QuantWeight(e["format"], tuple(e["shape"]), np.ascontiguousarray(tensors[f"{name}.qdata"]),
+                                    np.ascontiguousarray(tensors[f"{name}.scale"]))
+    used = {f"{n}.{part}" for n in header["weights"] for part in ("qdata", "scale")}
+    extra = sorted(set(tensors) - used)
+    if extra:
+        problems.append(f"{len(extra)} tensor(s) no weight of the header names: {first_few(extra)}")
+    if problems:
+        raise CheckpointError(f"{str(path)!r}: {first_few(problems)}; re-quantize the weights (onebit quantize)")
+    return out
+
+
+def quant_header(path: Path, meta: dict) -> dict:
+    """The parsed ``onebit.quant`` header of a file's safetensors metadata: a supported version and a
+    ``weights`` object whose entries each give a known ``format`` and a ``shape`` [N, K]."""
+    if HEADER_KEY not in meta:
+        raise CheckpointError(
+            f"{str(path)!r} has no {HEADER_KEY!r} metadata header, so it is not a quantized weight "
+            f"file; write it with onebit_engine.quant.save_quantized()"
+        )
+    try:
+        header = json.loads(meta[HEADER_KEY])
+    except ValueError as e:
+        raise CheckpointError(f"{str(path)!r}: malformed {HEADER_KEY!r} header ({e}); re-save the file") from None
+    if not isinstance(header, dict) or "version" not in header or not isinstance(header.get("weights"), dict):
+        raise CheckpointError(f"{str(path)!r}: malformed {HEADER_KEY!r} header {show(header)} (needs 'version' and a "
+                              f"'weights' object); re-save the file")
+    version = header["version"]
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+        raise CheckpointError(
+            f"{str(path)!r}: quantized format version {version!r} is not supported (this engine reads "
+            f"versions {list(SUPPORTED_VERSIONS)}); upgrade onebit-specverify or re-quantize the weights"
+        )
+    bad = [f"weight {n!r} is inconsistent: {d}" for n, e in header["weights"].items() if (d := _entry_problem(e))]
+    if bad:
+        raise CheckpointError(f"{str(path)!r}: {first_few(bad)}; re-quantize the weights (onebit quantize)")
+    return header
+
+
+def _entry_problem(e: object) -> str:
+    if not isinstance(e, dict) or e.get("format") not in FORMATS:
+        return f"header entry {show(e)} needs a 'format' in {list(FORMATS)}"
+    shape = e.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        return f"shape {show(shape)} must be two non-negative integers [N, K]"
+    return ""
+
+
+def _weight_problems(name: str, e: dict, entries: dict, tensors: dict) -> str:
+    """Why weight ``name`` (a checked header entry) cannot be used with the file's tensors ('' when it can)."""
+    fmt, (n, k) = e["format"], e["shape"]
+    want = {f"{name}.qdata": ("U8", (n, -(-k // CODES_PER_BYTE[fmt]))), f"{name}.scale": ("F32", (n,))}
+    for t, (dtype, tshape) in want.items():
+        if t not in entries:
+            return f"tensor {t!r} is missing"
+        if entries[t]["dtype"] != dtype:
+            return f"tensor {t!r} is {entries[t]['dtype']}, must be {dtype}"
+        if tuple(entries[t]["shape"]) != tshape:
+            return f"tensor {t!r} has shape {tuple(entries[t]['shape'])}, a {fmt} [{n}, {k}] weight needs {tshape}"
+    return "; ".join(load_problems(fmt, tensors[f"{name}.qdata"], tensors[f"{name}.scale"], k))
