@@ -15,6 +15,7 @@ are trusted as they are, symlinks included: the Hugging Face hub cache is a fold
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from pathlib import Path, PurePosixPath
@@ -33,6 +34,7 @@ _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
 }
+_ITEMSIZE = {k: np.dtype(v).itemsize for k, v in _DTYPES.items()}
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 
 
@@ -109,7 +111,7 @@ def _entry_problems(name: str, ent: Any) -> list[str]:
         return [f"{name}: entry has no {', '.join(missing)}"]
     dt, shape, offs = ent["dtype"], ent["shape"], ent["data_offsets"]
     out = []
-    if dt not in _DTYPES:
+    if not isinstance(dt, str) or dt not in _DTYPES:
         out.append(f"{name}: dtype {show(dt)} is not supported (supported: {sorted(_DTYPES)})")
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         out.append(f"{name}: shape {show(shape)} must be a list of non-negative integers")
@@ -119,7 +121,7 @@ def _entry_problems(name: str, ent: Any) -> list[str]:
         out.append(f"{name}: data_offsets {show(offs)} begin after they end")
     if out:
         return out
-    want = int(np.prod(shape, dtype=object)) * np.dtype(_DTYPES[dt]).itemsize
+    want = math.prod(shape) * _ITEMSIZE[dt]
     if offs[1] - offs[0] != want:
         return [f"{name}: {offs[1] - offs[0]} bytes stored for shape {shape} {dt} (needs {want})"]
     return []

@@ -116,14 +116,22 @@ def value_problems(tensors: dict[str, np.ndarray]) -> list[str]:
     return out
 
 
+# NaN and inf are the values whose exponent bits are all ones: a bit test is ~10x cheaper than
+# np.isfinite on float16 (the shipped pair's dtype) and as cheap on float32.
+_EXPONENT = {np.dtype(np.float16): (np.uint16, 0x7C00), np.dtype(np.float32): (np.uint32, 0x7F800000)}
+
+
 def _finite(a: np.ndarray) -> bool:
-    if a.dtype == np.float64:  # what the engine will hold: float32
-        a = a.astype(np.float32)
-    return bool(np.isfinite(a).all())
+    if a.dtype in _EXPONENT:
+        view, mask = _EXPONENT[a.dtype]
+        return not bool(((a.view(view) & mask) == mask).any())
+    with np.errstate(over="ignore"):  # float64: what the engine will hold is float32
+        return bool(np.isfinite(a.astype(np.float32)).all())
 
 
 def _nonfinite(name: str, a: np.ndarray) -> str:
-    a32 = np.asarray(a, dtype=np.float32) if a.dtype == np.float64 else a
+    with np.errstate(over="ignore"):
+        a32 = np.asarray(a, dtype=np.float32) if a.dtype == np.float64 else a
     nan, inf = int(np.isnan(a32).sum()), int(np.isinf(a32).sum())
     return f"{name} ({nan} NaN, {inf} inf{' in float32' if a.dtype == np.float64 else ''})"
 

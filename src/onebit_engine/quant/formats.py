@@ -130,7 +130,7 @@ def load_problems(fmt: str, data: np.ndarray, scale: np.ndarray, k: int) -> list
     out = []
     bad = ~(np.isfinite(scale) & (scale > 0))
     if bad.any():
-        out.append(f"{int(bad.sum())} scale(s) are NaN, inf or <= 0 (first at row {int(np.argmax(bad))}: {scale[bad][0]!r})")
+        out.append(f"{int(bad.sum())} scale(s) are NaN, inf or <= 0 (first at row {int(np.argmax(bad))}: {float(scale[bad][0])})")
     per = CODES_PER_BYTE[fmt]
     if fmt == "int8":
         codes_bad = bool((data == 0x80).any())

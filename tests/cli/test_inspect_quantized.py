@@ -1,0 +1,72 @@
+"""`onebit inspect` on a folder written by `onebit quantize --out DIR` reports its quantization; bad
+checkpoint inputs reach the CLI as one line, exit 2."""
+import json
+import shutil
+
+import pytest
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4", "ternary"])
+def test_inspect_servable_quantized_folder(run, run_json, pair, tmp_path, fmt):
+    dest = tmp_path / f"served-{fmt}"
+    run_json("quantize", "--model", pair[0], "--format", fmt, "--out", dest)
+    d = run_json("inspect", dest)
+    q = d["quantization"]
+    assert d["kind"] == "target" and isinstance(q, dict), q
+    assert q["formats"] == [fmt] and q["file"] == "quantized.safetensors" and q["float_dtypes"] == ["F32"]
+    names = {w["name"] for w in q["weights"]}
+    assert "model.layers.0.mlp.gate_proj.weight" in names and "model.embed_tokens.weight" not in names
+    files = {t["file"] for t in d["tensors"]}
+    assert files == {"model.safetensors", "quantized.safetensors"}
+    code, text, err = run("inspect", dest)
+    assert code == 0, err
+    assert f"quantization: {fmt}, {len(names)} weights in quantized.safetensors" in text
+    assert "quantization: none" not in text and "bits/weight" in text and "model.embed_tokens.weight" in text
+
+
+def test_inspect_float_folder_still_says_none(run_json, pair):
+    assert run_json("inspect", pair[0])["quantization"].startswith("none (float checkpoint")
+
+
+def _one_line(code, err):
+    assert code == 2 and err.startswith("onebit: error: ") and len(err.strip().splitlines()) == 1, err
+
+
+def test_broken_tokenizer_refused_even_with_prompt_ids(run, pair, tmp_path):
+    model = tmp_path / "m"
+    shutil.copytree(pair[0], model)
+    (model / "tokenizer.json").write_text("{broken")
+    code, _, err = run("generate", "--model", model, "--prompt-ids", "1 2 3", "--max-new-tokens", 2)
+    _one_line(code, err)
+    assert str(model / "tokenizer.json") in err and "not valid JSON" in err
+
+
+def test_missing_tokenizers_package_names_the_extra(run, pair, tmp_path, monkeypatch):
+    import sys
+
+    model = tmp_path / "m"
+    shutil.copytree(pair[0], model)
+    (model / "tokenizer.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    code, _, err = run("generate", "--model", model, "--prompt-ids", "1 2 3", "--max-new-tokens", 2)
+    _one_line(code, err)
+    assert "pip install 'onebit-specverify[cli]'" in err
+
+
+@pytest.mark.parametrize("edit", [
+    lambda c: [c],
+    lambda c: {**c, "hidden_size": None},
+    lambda c: {**c, "hidden_size": "four"},
+    lambda c: {**c, "rope_parameters": "x"},
+    lambda c: {**c, "layer_types": "full_attention"},
+])
+@pytest.mark.parametrize("cmd", [["generate", "--max-new-tokens", 2], ["inspect"]])
+def test_bad_config_is_one_line_for_every_command(run, pair, tmp_path, edit, cmd):
+    model = tmp_path / "m"
+    shutil.copytree(pair[0], model)
+    cfg = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(edit(cfg)))
+    argv = [cmd[0], model, *cmd[1:]] if cmd[0] == "inspect" else [cmd[0], "--model", model, *cmd[1:]]
+    code, _, err = run(*argv)
+    _one_line(code, err)
+    assert "config.json" in err
