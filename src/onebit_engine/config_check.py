@@ -69,7 +69,7 @@ def typed(p: Problems, label: str, v: Any, f: Field) -> Any:
     if f.kind == "int":
         ok, want = isinstance(v, int) and not isinstance(v, bool), "an integer"
     elif f.kind == "float":
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
         want = "a finite number"
     elif f.kind == "bool":
         ok, want = isinstance(v, bool), "a JSON boolean (true or false, unquoted)"
@@ -89,6 +89,13 @@ def typed(p: Problems, label: str, v: Any, f: Field) -> Any:
         p.add(f"{label} is {show(v)}, must be {' and '.join(r for r in rng if r)}")
         return None
     return float(v) if f.kind == "float" else v
+
+
+def _finite(v: int | float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # a JSON integer too large for a float
+        return False
 
 
 def lookup(key: str, sources: list[tuple[str, dict]]) -> tuple[str, Any, bool]:

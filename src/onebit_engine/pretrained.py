@@ -85,7 +85,7 @@ def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
                               f"tokenizer.json that came with the model again") from None
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, an integer past 4300 digits, deep nesting
         raise CheckpointError(f"{p}: tokenizer.json is not valid JSON ({e}); copy the tokenizer.json that came "
                               f"with the model again") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):

@@ -59,7 +59,7 @@ def read_json(path: Path, what: str) -> Any:
         raise CheckpointError(f"{path}: {what} is not UTF-8 text (byte {e.start}: {e.reason}); the file is corrupt - copy it again") from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, an integer past 4300 digits, deep nesting
         raise CheckpointError(f"{path}: {what} is not valid JSON ({e}); the file is corrupt - copy it again") from None
 
 
@@ -81,10 +81,10 @@ def read_header(path: Path) -> tuple[dict, int, dict]:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{path}: the safetensors header is not UTF-8 (byte {e.start}: {e.reason}); the file is corrupt - copy it again") from None
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: the safetensors JSON header does not parse ({e}); the file is corrupt - copy it again") from None
-    except CheckpointError as e:
+    except CheckpointError as e:  # a key given twice (before ValueError: CheckpointError is one)
         raise CheckpointError(f"{path}: the safetensors header is malformed: {e}; the file is corrupt - write it again") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, an integer past 4300 digits, deep nesting
+        raise CheckpointError(f"{path}: the safetensors JSON header does not parse ({e}); the file is corrupt - copy it again") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: the safetensors header is {show(header)}, must be a JSON object of tensors; the file is corrupt - write it again")
     meta = header.pop("__metadata__", None) or {}

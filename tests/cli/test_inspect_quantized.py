@@ -70,3 +70,19 @@ def test_bad_config_is_one_line_for_every_command(run, pair, tmp_path, edit, cmd
     code, _, err = run(*argv)
     _one_line(code, err)
     assert "config.json" in err
+
+
+def test_quantize_refuses_non_finite_or_integer_weights(run, pair, tmp_path):
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    model = tmp_path / "m"
+    shutil.copytree(pair[0], model)
+    t = load_file(str(model / "model.safetensors"))
+    t["model.layers.0.mlp.up_proj.weight"][0, 0] = np.nan
+    t["model.layers.1.mlp.down_proj.weight"] = t["model.layers.1.mlp.down_proj.weight"].astype(np.int16)
+    save_file(t, str(model / "model.safetensors"))
+    code, _, err = run("quantize", "--model", model, "--out", tmp_path / "q")
+    _one_line(code, err)
+    assert "model.layers.0.mlp.up_proj.weight (1 NaN, 0 inf)" in err and "model.layers.1.mlp.down_proj.weight (I16)" in err
+    assert not (tmp_path / "q").exists()

@@ -165,3 +165,24 @@ def test_draft_file_named_in_refusal(tmp_path):
     (folder / "config.json").write_text(json.dumps({**raw, "hidden_size": "four"}))
     with pytest.raises(ConfigError, match=str(folder / "config.json")):
         load_draft(folder, None)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"hidden_size": ' + "1" * 5000 + "}", "config.json is not valid JSON"),
+    ("[" * 100_000 + "]" * 100_000, "config.json is not valid JSON"),
+    ('{"model_type": "qwen3_5_text", "rms_norm_eps": ' + "1" * 400 + "}", "rms_norm_eps is 1111"),
+])
+def test_pathological_json_is_refused_by_file(tmp_path, text, match):
+    from onebit_engine import CheckpointError, OnebitError
+
+    cfg = tiny_config()
+    folder = write_checkpoint(tmp_path / "m", cfg, random_weights(cfg, 1))
+    raw = json.loads(json.dumps(BASE))
+    if text.startswith('{"model_type"'):
+        raw["rms_norm_eps"] = int("1" * 400)
+        text = json.dumps(raw)
+    (folder / "config.json").write_text(text)
+    with pytest.raises(OnebitError, match=match) as e:
+        load_target(folder)
+    assert str(folder / "config.json") in str(e.value) and "\n" not in str(e.value)
+    assert isinstance(e.value, (CheckpointError, ConfigError))

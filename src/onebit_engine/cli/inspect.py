@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, WeightError
+from ..target_weights import value_problems
 from . import models, ui
 
 _BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
@@ -178,6 +179,9 @@ def cmd_quantize(args) -> int:
     chosen = {n: a for n, a in sorted(tensors.items()) if is_projection(n, a)}
     if not chosen:
         raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize")
+    bad = value_problems(chosen)  # the load-time rule, before any work: no code quantizes a NaN or an integer
+    if bad:
+        raise WeightError(f"{folder}: cannot quantize: {'; '.join(bad)}; re-export the weights (float dtypes, finite values)")
     out, rows = {}, []
     with ui.Bar(len(chosen), "quantize", ui.progress_enabled(args)) as bar:
         for name, w in chosen.items():
