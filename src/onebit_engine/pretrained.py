@@ -80,6 +80,8 @@ def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
     p = Path(path) if path is not None else builtin_paths()[2]
     try:
         text = p.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise CheckpointError(f"{p}: tokenizer.json cannot be read ({e.strerror or e}); give a readable file") from None
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{p}: tokenizer.json is not UTF-8 text (byte {e.start}: {e.reason}); copy the "
                               f"tokenizer.json that came with the model again") from None

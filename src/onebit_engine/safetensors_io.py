@@ -55,6 +55,8 @@ def read_json(path: Path, what: str) -> Any:
     """Parse a JSON file, refusing bytes that are not UTF-8 or not JSON with the file named."""
     try:
         text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise CheckpointError(f"{path}: {what} cannot be read ({e.strerror or e}); give a readable file") from None
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{path}: {what} is not UTF-8 text (byte {e.start}: {e.reason}); the file is corrupt - copy it again") from None
     try:
@@ -66,6 +68,14 @@ def read_json(path: Path, what: str) -> Any:
 def read_header(path: Path) -> tuple[dict, int, dict]:
     """Return (tensor entries, data start offset, metadata) of one safetensors file, after checking the
     whole header against the format's rules (every problem found is counted in one CheckpointError)."""
+    try:
+        return _read_header(path)
+    except OSError as e:  # a folder, a file that vanished, no permission
+        raise CheckpointError(f"{path}: cannot be read as a safetensors file ({e.strerror or e}); give a readable "
+                              f"file") from None
+
+
+def _read_header(path: Path) -> tuple[dict, int, dict]:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(8)

@@ -195,3 +195,16 @@ def test_integer_views_of_floats_in_data_are_read_exactly(tmp_path):
     from onebit_engine.safetensors_io import iter_tensors
 
     assert np.array_equal(dict(iter_tensors(path))["i"], v)
+
+
+@pytest.mark.parametrize("name, text", [
+    ("model.safetensors", "model.safetensors: cannot be read as a safetensors file (Is a directory)"),
+    ("model.safetensors.index.json", "index.json: the shard index cannot be read (Is a directory)"),
+])
+def test_folder_where_a_file_belongs(tmp_path, name, text):
+    cfg = tiny_config()
+    folder = write_checkpoint(tmp_path / "m", cfg, random_weights(cfg, 1))
+    (folder / "model.safetensors").unlink()
+    (folder / name).mkdir()
+    with pytest.raises(CheckpointError, match=text.replace("(", r"\(").replace(")", r"\)")):
+        load_target(folder)
