@@ -134,16 +134,17 @@ class TargetConfig:
         if mt == "qwen3_next":
             _refuse_moe(text)
         p = Problems(source)
-        inner, outer = [(pre, text)], [("", raw), (pre, text)] if text is not raw else [("", raw)]
+        inner = [(pre, text)]
+        outer = [("", raw), (pre, text)] if text is not raw else [("", raw)]  # the VL wrapper first
         for f in SUPPORT_FIELDS:
             read_field(p, f, inner)
         v: dict[str, Any] = {name: read_field(p, f, inner) for name, f in TEXT_FIELDS.items()}
         rope = _rope(p, text, pre)
         v.update({name: read_field(p, f, rope + inner) for name, f in ROPE_FIELDS.items()})
         v.update({name: read_field(p, f, outer) for name, f in OUTER_FIELDS.items()})
-        if v["num_key_value_heads"] is None:
+        if text.get("num_key_value_heads") is None:  # absent or null: HF's default (an invalid value stays refused)
             v["num_key_value_heads"] = v["num_attention_heads"]
-        if v["head_dim"] is None and v["hidden_size"] and v["num_attention_heads"]:
+        if text.get("head_dim") is None and v["hidden_size"] and v["num_attention_heads"]:
             v["head_dim"] = v["hidden_size"] // v["num_attention_heads"] or None
             if v["head_dim"] is None:
                 p.add(f"{pre}head_dim is not given and hidden_size // num_attention_heads is 0; give head_dim")

@@ -142,3 +142,39 @@ def test_both_outcomes_are_reachable(tmp_path):
     raw = {**CONFIG, "hidden_size": 32.5}
     (folder / "config.json").write_text(json.dumps(raw))
     assert _one_line_refusal(folder)
+
+
+DRAFT_CONFIG = {
+    "architectures": ["DFlash2DraftModel"], "model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-6,
+    "use_sliding_window": True, "sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"],
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "vocab_size": 96,
+    "dflash_config": {"target_layer_ids": [1, 2], "mask_token_id": 63, "block_size": 8, "conv_kernel_size": 2,
+                      "conv_group_size": 4, "selector_rank": 8, "selector_top_k": 4, "is_causal": False},
+}
+draft_mutation = st.one_of(
+    st.tuples(st.just("top"), st.sampled_from(sorted(DRAFT_CONFIG)), values | st.just("<drop>")),
+    st.tuples(st.just("dflash"), st.sampled_from(sorted(DRAFT_CONFIG["dflash_config"])), values | st.just("<drop>")),
+)
+
+
+@given(draft_mutation)
+def test_mutated_draft_config_refused_in_one_line_or_built(mutation):
+    from onebit_engine import ConfigError
+    from onebit_engine.draft import DraftConfig
+
+    where, key, value = mutation
+    raw = json.loads(json.dumps(DRAFT_CONFIG))
+    obj = raw if where == "top" else raw["dflash_config"]
+    if value == "<drop>":
+        del obj[key]
+    else:
+        obj[key] = value
+    try:
+        c = DraftConfig.from_hf(raw)
+    except ConfigError as e:
+        assert "\n" not in str(e)
+        return
+    field = key if hasattr(c, key) and value not in (None, "<drop>") else None
+    if field in ("hidden_size", "intermediate_size", "num_hidden_layers", "head_dim", "mask_token_id", "block_size"):
+        assert getattr(c, field) == value and type(getattr(c, field)) is type(value)  # never coerced

@@ -125,7 +125,7 @@ class DraftConfig:
             p.add("head_dim is missing; HF Qwen3Config would silently default it to 128 - add the real head_dim")
         v: dict[str, Any] = {name: read_field(p, f, top) for name, f in TOP_FIELDS.items()}
         v.update({name: read_field(p, f, dflash) for name, f in DFLASH_FIELDS.items()})
-        if v["num_key_value_heads"] is None:
+        if raw.get("num_key_value_heads") is None:  # absent or null: HF's default
             v["num_key_value_heads"] = v["num_attention_heads"]
         use_sw = read_field(p, Field("use_sliding_window", "bool", False), top)
         window = raw.get("sliding_window", 4096) if use_sw else None
