@@ -20,7 +20,7 @@ import numpy as np
 
 from .commit import COMMIT_PATHS, commit_verify
 from .config import TargetConfig
-from .errors import ConfigError, StateError
+from .errors import ConfigError, ContextLimitError, StateError
 from .gemm import Linear, get_backend
 from .gemm.base import GemmBackend
 from .ops.attention import attend_row
@@ -301,7 +301,7 @@ class Target:
     def forward(self, tokens: Sequence[int], state: TargetState) -> Output:
         """Run T >= 1 tokens (a prefill or a plain step) and advance ``state`` by T."""
         self._check_free(state, "forward")
-        return self._run(self._tokens(tokens), state, None)
+        return self._run(self._tokens(tokens, state), state, None)
 
     def verify(self, tokens: Sequence[int], state: TargetState, *, checkpoints: bool = False, logits: bool = True) -> Output:
         """The batched verify of ``[last, d1..dk]`` in one pass; records what ``commit`` needs.
@@ -312,7 +312,7 @@ class Target:
         needs only the rows up to its first rejection computes them with :meth:`logits` - the same bits.
         """
         self._check_free(state, "verify")
-        toks = self._tokens(tokens)
+        toks = self._tokens(tokens, state)
         gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
         snapshot = {i: state.layers[i].copy() for i in gdn}
         rec = _Recorder(checkpoints)
@@ -331,13 +331,18 @@ class Target:
         """Keep the first ``accepted_rows`` rows of the last verify (see ``commit.py``)."""
         commit_verify(self, state, accepted_rows, path=path, replay_check=replay_check)
 
-    def _tokens(self, tokens) -> np.ndarray:
+    def _tokens(self, tokens, state: TargetState) -> np.ndarray:
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if toks.size == 0:
-            raise ValueError("tokens is empty; forward/verify need at least one token")
+            raise ConfigError("tokens is empty; forward/verify need at least one token")
         bad = toks[(toks < 0) | (toks >= self.config.vocab_size)]
         if bad.size:
-            raise ValueError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
+            raise ConfigError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size}); give ids "
+                              f"the model's tokenizer makes")
+        limit = self.config.max_position_embeddings
+        if state.pos + toks.size > limit:
+            raise ContextLimitError(f"{toks.size} token(s) at position {state.pos} would pass the model's "
+                                    f"max_position_embeddings={limit}; start a new state or give a shorter input")
         return toks
 
     @staticmethod

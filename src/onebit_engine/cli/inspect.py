@@ -109,31 +109,20 @@ def is_projection(name: str, arr: np.ndarray) -> bool:
 
 def _write_servable_folder(dest: Path, source: Path, tensors: dict, quantized: dict) -> None:
     """A folder ``load_target`` serves: config.json, the other tensors as they were, quantized.safetensors.
-    Written into a temporary sibling folder and renamed, so a failed run leaves nothing half-written."""
-    import os
+    Written into a temporary sibling folder and renamed (``atomic_folder``): a failed run leaves nothing."""
     import shutil
 
     from safetensors.numpy import save_file
 
+    from ..atomic import atomic_folder
     from ..quant import save_quantized
     from ..safetensors_io import QUANT_FILE
 
-    if dest.exists() and any(dest.iterdir()):
-        raise CheckpointError(f"--out {str(dest)!r} exists and is not empty; remove it or give another folder")
-    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_folder(dest) as tmp:
         shutil.copyfile(source / "config.json", tmp / "config.json")
         rest = {n: np.ascontiguousarray(a) for n, a in tensors.items() if n not in quantized}
         save_file(rest, str(tmp / "model.safetensors"))
         save_quantized(tmp / QUANT_FILE, quantized)
-        if dest.exists():
-            dest.rmdir()
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def cmd_quantize(args) -> int:
