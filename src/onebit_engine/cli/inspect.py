@@ -125,12 +125,27 @@ def _write_servable_folder(dest: Path, source: Path, tensors: dict, quantized: d
         save_quantized(tmp / QUANT_FILE, quantized)
 
 
+def _check_config(folder: Path, *, servable: bool) -> None:
+    """The folder's config must be one this engine reads (a target's; a draft's too for a weights-only
+    .safetensors output), so a broken checkpoint is refused before any weight is quantized."""
+    from ..config import TargetConfig
+    from ..draft.config import DraftConfig
+    from ..safetensors_io import read_config
+
+    raw = read_config(folder)
+    if servable or not isinstance(raw, dict) or "dflash_config" not in raw:
+        TargetConfig.from_hf(raw)
+    else:
+        DraftConfig.from_hf(raw)
+
+
 def cmd_quantize(args) -> int:
     from ..atomic import atomic_write_with
     from ..quant import quantize_weight, save_quantized
     from ..safetensors_io import load_folder_tensors
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
+    _check_config(folder, servable=not str(args.out).endswith(".safetensors"))
     tensors = load_folder_tensors(folder)
     chosen = {n: a for n, a in sorted(tensors.items()) if is_projection(n, a)}
     if not chosen:
