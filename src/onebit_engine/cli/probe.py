@@ -6,6 +6,7 @@ from . import models, ui
 
 
 def cmd_capture(args) -> int:
+    probe.check_capture_length(args.max_new_tokens)
     loaded = models.load(args, need_draft=True)
     prompts = models.prompt_set(args, loaded)
     prov = loaded.provenance(stage="capture")
@@ -42,6 +43,7 @@ def cmd_draft(args) -> int:
 
 
 def cmd_score(args) -> int:
+    probe.check_round_cost(args.round_cost)
     cap = probe.load_capture(args.capture)
     ds = probe.load_draft_stage(args.drafts)
     res = probe.score(cap, ds, args.k, round_cost=args.round_cost)
