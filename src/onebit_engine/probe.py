@@ -262,6 +262,20 @@ def check_provenance(path: "str | Path", found: dict[str, Any], expected: dict[s
                          f"({'; '.join(diffs)}); re-run the earlier stage with this model, draft and build")
 
 
+def check_capture_fits(path: "str | Path", cap: Capture, target) -> None:
+    """The capture's layer count, hidden width and vocabulary are the target's (its provenance says it
+    is this model; a crafted file must not make the draft stage allocate or index past it)."""
+    cfg = target.config
+    want = {"num_target_layers": int(cfg.num_hidden_layers), "vocab_size": int(cfg.vocab_size),
+            "taps width": int(cfg.hidden_size)}
+    got = {"num_target_layers": cap.num_target_layers, "vocab_size": cap.vocab_size,
+           "taps width": cap.taps[0].shape[2] if cap.taps else None}
+    bad = [f"{k} {got[k]} != {v}" for k, v in want.items() if got[k] != v]
+    if bad:
+        raise StageError(f"stage file {str(path)!r} does not fit this target ({'; '.join(bad)}); re-run "
+                         f"`onebit probe capture` with this model")
+
+
 def check_pair(cap: Capture, ds: DraftStage) -> None:
     if ds.capture_checksum != cap.checksum:
         raise StageError("the draft stage was not made from this capture (its capture checksum "
@@ -317,7 +331,7 @@ def load_capture(path: "str | Path") -> Capture:
     tokens / taps tensor per prompt with consistent shapes, token ids inside the vocabulary, finite taps."""
     head, t = stagefile.read(path, "capture")
     f, pl = stagefile.Fields(str(path), "capture"), head["payload"]
-    n = f.integer(pl, "prompts", 1)
+    n = f.integer(pl, "prompts", 1, max(len(t) // 3, 1), f" (the file holds {len(t)} tensors, 3 a prompt)")
     layers_total = f.integer(pl, "num_target_layers", 1)
     layers = f.int_list(pl, "tap_layers", 0, layers_total - 1)
     step_ms = f.positive(pl, "step_ms", "a plain step's measured cost (ms)")
@@ -347,7 +361,7 @@ def load_draft_stage(path: "str | Path") -> DraftStage:
     int64 proposal tensor per prompt, token ids inside the vocabulary."""
     head, t = stagefile.read(path, "draft")
     f, pl = stagefile.Fields(str(path), "draft"), head["payload"]
-    n = f.integer(pl, "prompts", 1)
+    n = f.integer(pl, "prompts", 1, max(len(t), 1), f" (the file holds {len(t)} tensors, 1 a prompt)")
     cap_sha = f.text(pl, "capture_sha256", 64)
     block = f.integer(pl, "block_size", 2)
     draft_ms = f.positive(pl, "draft_ms", "a proposal's measured cost (ms)")
@@ -364,4 +378,4 @@ def load_draft_stage(path: "str | Path") -> DraftStage:
 __all__ = ["Capture", "DraftStage", "StageError", "STAGE_VERSION", "HEADER_KEY", "check_capture_length",
            "check_round_cost", "capture", "draft_offline", "score", "expected_tokens",
            "break_even_acceptance", "save_capture", "save_draft_stage", "load_capture", "load_draft_stage",
-           "check_provenance", "provenance_mismatch"]
+           "check_provenance", "check_capture_fits", "provenance_mismatch"]

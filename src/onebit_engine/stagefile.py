@@ -126,13 +126,13 @@ class Fields:
         return StageError(f"stage file {self.path!r}: {field} {verb} {value}, but {rule}; delete it and "
                           f"{redo(self.kind)} again")
 
-    def integer(self, d: dict, key: str, lo: int, hi: int | None = None, where: str = "payload") -> int:
+    def integer(self, d: dict, key: str, lo: int, hi: int | None = None, why: str = "") -> int:
         v = d.get(key)
         if not isinstance(v, int) or isinstance(v, bool):
-            raise self.fail(f"{where}.{key}", _show(v), "it must be an integer")
+            raise self.fail(f"payload.{key}", _show(v), "it must be an integer")
         if v < lo or (hi is not None and v > hi):
             rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-            raise self.fail(f"{where}.{key}", v, f"it must be {rng}")
+            raise self.fail(f"payload.{key}", v, f"it must be {rng}{why}")
         return v
 
     def positive(self, d: dict, key: str, what: str) -> float:

@@ -101,3 +101,14 @@ def test_strict_turns_leftover_non_finite_into_null_with_reason():
     assert got["c"]["null_reasons"] == {"x": ui.NOT_FINITE.format(value=float("nan")), "y": "kept"}
     assert ui.fmt(float("nan")) == "-" and ui.fmt(None) == "-" and ui.fmt(1.5) == "1.50"
     assert strict_loads(json.dumps(ui.strict({"ok": 1})))["ok"] == 1
+
+
+def test_loop_check_with_nothing_to_time_reports_no_speedup(run, pair):
+    """One token: nothing after the first to time, so the check has no speedup - null with a reason in
+    JSON, '-' in the text (was a TypeError formatting None)."""
+    argv = ["loop", "--model", pair[0], "--draft", pair[1], "--prompt-ids", "1 2 3", "--max-new-tokens", 1, "--k", 2]
+    code, out, err = run(*argv, "--json")
+    check = strict_loads(out)["check"]
+    assert code == 0 and check["speedup"] is None and "0 tokens/s" in check["null_reasons"]["speedup"]
+    code, out, err = run(*argv)
+    assert code == 0 and "speedup -x" in out, err

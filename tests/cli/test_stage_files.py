@@ -98,9 +98,10 @@ CAPTURE_PAYLOAD = [
     ("step_ms", "fast", "payload.step_ms is 'fast' (str)"),
     ("step_ms", True, "finite number > 0"),
     ("step_ms", _DEL, "payload.step_ms is missing"),
-    ("prompts", 0, "payload.prompts is 0, but it must be >= 1"),
+    ("prompts", 0, "payload.prompts is 0, but it must be in 1..1 (the file holds 3 tensors, 3 a prompt)"),
     ("prompts", "1", "it must be an integer"),
-    ("prompts", 2, "tensor 'p1.prompt' is missing"),
+    ("prompts", 2, "payload.prompts is 2, but it must be in 1..1"),  # 3 tensors: one prompt
+    ("prompts", 10**12, "payload.prompts is 1000000000000"),
     ("prompts", _DEL, "payload.prompts is missing"),
     ("tap_layers", [], "non-empty list of integers"),
     ("tap_layers", "1", "non-empty list of integers"),
@@ -132,7 +133,7 @@ DRAFT_PAYLOAD = [
     ("capture_sha256", 7, "64-character hex digest"),
     ("capture_sha256", _DEL, "payload.capture_sha256 is missing"),
     ("vocab_size", 3, "token ids must be in 0..2"),
-    ("prompts", 3, "tensor 'p1.proposals' is missing"),
+    ("prompts", 3, "payload.prompts is 3, but it must be in 1..1 (the file holds 1 tensors, 1 a prompt)"),
 ]
 
 
@@ -208,6 +209,19 @@ def test_draft_stage_that_does_not_fit_its_capture(run, stages, tmp_path):
     bad = _write(tmp_path / "short.st", head, tensors)
     _one_line(*run("probe", "score", "--capture", stages[0], "--drafts", bad), "proposals for prompt 0 are [5, 3]",
               "need [7, 3]")
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("num_target_layers", 10**9, "num_target_layers 1000000000 != 4"),
+    ("vocab_size", 10**6, "vocab_size 1000000 != 96"),
+])
+def test_probe_draft_refuses_a_capture_that_does_not_fit_the_target(run, pair, stages, tmp_path, key, value, needle):
+    head, tensors = _parts(stages[0], "capture")
+    head["payload"][key] = value
+    bad = _write(tmp_path / "big.st", head, tensors)
+    _one_line(*run("probe", "draft", "--model", pair[0], "--draft", pair[1], "--capture", bad, "--out", tmp_path / "d.st"),
+              "does not fit this target", needle)
+    assert not (tmp_path / "d.st").exists()
 
 
 def test_directory_and_unreadable_paths(run, stages, tmp_path):

@@ -29,6 +29,7 @@ def cmd_draft(args) -> int:
     cap = probe.load_capture(args.capture)
     prov = loaded.provenance(stage="draft")
     probe.check_provenance(args.capture, cap.provenance, prov, "the model and draft given here")
+    probe.check_capture_fits(args.capture, cap, loaded.target)
     anchors = sum(len(t) - 1 for t in cap.tokens)
     with ui.Bar(anchors, "draft", ui.progress_enabled(args)) as bar:
         ds = probe.draft_offline(loaded.draft, cap, provenance=prov, progress=bar)
