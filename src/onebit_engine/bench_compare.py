@@ -74,13 +74,16 @@ def check_result(doc: Any, name: str) -> dict[str, Any]:
     if not isinstance(rates, dict):
         raise ResultError(f"{name}: key 'results.tokens_per_s' is {_kind(rates)}, not an object; {again}")
     for mode in MODES:
-        if not (rates.get(mode) is None or _number(rates.get(mode))) or mode not in rates:
-            raise ResultError(f"{name}: key 'results.tokens_per_s.{mode}' is {_kind(rates.get(mode), mode in rates)}, "
-                              f"not a number or null; {again}")
+        v = rates.get(mode)
+        if mode not in rates or not (v is None or (_number(v) and v >= 0)):
+            raise ResultError(f"{name}: key 'results.tokens_per_s.{mode}' is {_kind(v, mode in rates)}, not a number "
+                              f">= 0 or null; {again}")
     for key in METRICS:
         v = doc["results"].get(key)
-        if v is not None and not _number(v):
-            raise ResultError(f"{name}: key 'results.{key}' is {_kind(v)}, not a number or null; {again}")
+        top = 1 if key == "acceptance" else math.inf
+        if v is not None and not (_number(v) and 0 <= v <= top):
+            rule = "a share in 0..1" if key == "acceptance" else "a number >= 0"
+            raise ResultError(f"{name}: key 'results.{key}' is {_kind(v)}, not {rule} or null; {again}")
     _check_prompt_hash(doc, name, again)
     return doc
 
@@ -159,9 +162,11 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, allow_mismatch: bool = Fals
     rows += [(key, ra.get(key), rb.get(key)) for key in METRICS]
     out = []
     for m, x, y in rows:
-        row = {"metric": m, "a": x, "b": y, "b_over_a": y / x if x and y is not None else None}
+        ratio = y / x if x and y is not None else None
+        row = {"metric": m, "a": x, "b": y, "b_over_a": ratio if ratio is None or math.isfinite(ratio) else None}
         if row["b_over_a"] is None:
-            row["null_reasons"] = {"b_over_a": f"{names[0]} has no nonzero {m}" if not x else f"{names[1]} has no {m}"}
+            row["null_reasons"] = {"b_over_a": f"{names[1]} has no {m}" if y is None else f"{names[0]} has no nonzero {m}"
+                                   if not x else "the ratio overflows a float"}
         out.append(row)
     return {"comparable": not diffs, "differences": diffs, "rows": out}
 

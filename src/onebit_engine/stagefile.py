@@ -65,12 +65,15 @@ def _no_constants(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read(path: "str | Path", kind: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(header, tensors) of a stage file of ``kind``: container, kind, version and checksum checked;
-    ``provenance`` and ``payload`` are objects. The fields themselves are checked by ``Fields``."""
+KINDS = ("capture", "draft")
+
+
+def read(path: "str | Path", kind: str | None) -> tuple[dict, dict[str, np.ndarray]]:
+    """(header, tensors) of a stage file of ``kind`` (None: either kind): container, kind, version and
+    checksum checked; ``provenance`` and ``payload`` are objects. The fields are checked by ``Fields``."""
     from safetensors import SafetensorError, safe_open
 
-    p, again = Path(path), redo(kind)
+    p, again = Path(path), redo(kind or "capture")
     if not p.is_file():
         raise StageError(f"stage file {str(p)!r} does not exist or is not a file; {again} to make it")
 
@@ -95,10 +98,15 @@ def read(path: "str | Path", kind: str) -> tuple[dict, dict[str, np.ndarray]]:
         head = json.loads(meta[HEADER_KEY], parse_constant=_no_constants)
     except ValueError as e:  # JSONDecodeError is a ValueError; so is a NaN / Infinity constant
         raise corrupt(f"its {HEADER_KEY!r} header is not strict JSON: {e}") from None
+    except RecursionError:
+        raise corrupt(f"its {HEADER_KEY!r} header nests too deeply") from None
     if not isinstance(head, dict):
         raise corrupt(f"its {HEADER_KEY!r} header is a JSON {type(head).__name__}, not an object")
+    if kind is None and head.get("kind") in KINDS:
+        kind, again = head["kind"], redo(head["kind"])
     if head.get("kind") != kind:
-        raise StageError(f"{str(p)!r} is a {head.get('kind')!r} stage file, not a {kind!r} one; give the {kind} stage file")
+        want = f"a {kind!r} one; give the {kind} stage file" if kind else f"one of {KINDS}; {again}"
+        raise StageError(f"{str(p)!r} is a {repr(head.get('kind'))[:40]} stage file, not {want}")
     if head.get("version") != STAGE_VERSION:
         raise StageError(f"{str(p)!r} has stage format version {head.get('version')!r}; this engine reads version "
                          f"{STAGE_VERSION} (its checksum covers the header too) - {again} again with this engine")

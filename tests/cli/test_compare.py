@@ -120,6 +120,8 @@ MALFORMED = [
     ("rate a string", _mutate(lambda d: d["results"]["tokens_per_s"].update(speculative="fast")),
      "'results.tokens_per_s.speculative' is 'fast' (str)"),
     ("metric a bool", _mutate(lambda d: d["results"].update(acceptance=True)), "'results.acceptance' is True (bool)"),
+    ("negative rate", _mutate(lambda d: d["results"]["tokens_per_s"].update(plain=-5)), "not a number >= 0 or null"),
+    ("acceptance > 1", _mutate(lambda d: d["results"].update(acceptance=1.5)), "not a share in 0..1 or null"),
     ("NaN", _mutate(lambda d: d["results"].update(ratio_vs_plain=float("nan"))), "key results.ratio_vs_plain is NaN"),
     ("Infinity", _mutate(lambda d: d["runs"][0].update(plain=float("inf"))), "key runs[0].plain is NaN or Infinity"),
     ("edited prompts", _mutate(lambda d: d["config"].update(prompts=[[9, 9]])), "'provenance.prompt_set_hash' does not match"),

@@ -163,7 +163,7 @@ def test_crafted_header_shape_is_refused(run, stages, tmp_path, part, value, nee
 def test_header_that_is_not_an_object_or_not_strict_json(run, stages, tmp_path):
     _, tensors = _parts(stages[0], "capture")
     for text, needle in [("[1, 2]", "JSON list, not an object"), ('{"kind": "capture", "x": NaN}', "not strict JSON"),
-                         ("{nope", "not strict JSON")]:
+                         ("{nope", "not strict JSON"), ("[" * 100_000 + "]" * 100_000, "nests too deeply")]:
         bad = tmp_path / "j.st"
         bad.write_bytes(save(tensors, metadata={stagefile.HEADER_KEY: text}))
         _one_line(*run("probe", "score", "--capture", bad, "--drafts", stages[1]), needle, "corrupt")
@@ -259,3 +259,16 @@ def test_any_flipped_byte_is_refused_or_changes_nothing(stages, data):
     good = probe.load_capture(stages[0])
     assert got.checksum == good.checksum and got.step_ms == good.step_ms and got.tokens == good.tokens
     assert all(np.array_equal(a, b) for a, b in zip(got.taps, good.taps))
+
+
+def test_inspect_reads_stage_files_through_the_checks(run, stages, tmp_path):
+    code, out, err = run("inspect", stages[1])
+    assert code == 0 and "stage (draft)" in out, err
+    head, tensors = _parts(stages[0], "capture")
+    for part, value in [("payload", [1]), ("kind", "other")]:
+        h = json.loads(json.dumps(head))
+        h[part] = value
+        _one_line(*run("inspect", _write(tmp_path / "i.st", h, tensors)), str(tmp_path / "i.st"))
+    bad = tmp_path / "j.st"
+    bad.write_bytes(save(tensors, metadata={stagefile.HEADER_KEY: "{nope"}))
+    _one_line(*run("inspect", bad), "not strict JSON")
