@@ -2,6 +2,7 @@
 --allow-mismatch; malformed result files are one line naming the file and the key."""
 import copy
 import json
+import math
 
 import pytest
 
@@ -144,3 +145,50 @@ def test_unreadable_result_paths(run, result, tmp_path):
                          (tmp_path / "nope.json", "does not exist")]:
         code, out, err = run("bench", "--compare", path, result)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    leaf = st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats(allow_nan=True, allow_infinity=True) \
+        | st.text(max_size=8)
+    return st.recursive(leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=4),
+                        max_leaves=12)
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, prefix + (i,))
+
+
+def test_any_mutated_result_is_refused_in_one_line_or_compared(doc):
+    """Property: replace any value of a good result by any JSON value; compare either refuses with one
+    of its own errors (one line) or returns rows whose ratios are finite or null."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    paths = [p for p in _paths(doc) if p]
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(path=st.sampled_from(paths), value=_json_values())
+    def check(path, value):
+        other = copy.deepcopy(doc)
+        cur = other
+        for k in path[:-1]:
+            cur = cur[k]
+        cur[path[-1]] = value
+        try:
+            res = bench.compare(doc, other, allow_mismatch=True)
+        except (bench.ResultError, bench.ProvenanceMismatch) as e:
+            assert "\n" not in str(e)
+            return
+        for row in res["rows"]:
+            r = row["b_over_a"]
+            assert r is None or (isinstance(r, float) and math.isfinite(r)), row
+
+    check()
