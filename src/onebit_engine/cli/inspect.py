@@ -68,7 +68,9 @@ def describe(path: "str | Path") -> dict[str, Any]:
                                 "bits_per_weight": 8 * nbytes / (n * k) if n * k else 0.0})
             quant = {"formats": sorted({w["format"] for w in weights}), "weights": weights}
         elif "onebit.stage" in meta:
-            head = json.loads(meta["onebit.stage"])
+            from ..stagefile import read  # the checked read: one line for a corrupt or foreign stage file
+
+            head, _ = read(p, None)
             kind, cfg = f"stage ({head.get('kind')})", {"version": head.get("version"), **head.get("payload", {})}
             quant = None
             cfg["provenance"] = head.get("provenance")
