@@ -186,3 +186,21 @@ def test_full_disk_in_the_cli_is_one_line(run, pair, tmp_path, monkeypatch):
     monkeypatch.setattr(atomic.os, "replace", full)
     _refused(*run("quantize", "--model", pair[0], "--out", tmp_path / "q.safetensors"), "q.safetensors", "No space left")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_failed_bench_write_still_prints_the_result(run, pair, tmp_path, monkeypatch, as_json):
+    import json
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "replace", full)
+    argv = ["bench", "--model", pair[0], "--draft", pair[1], "--prompt-ids", "1 2 3", "--max-new-tokens", 4,
+            "--repeats", 1, "--out", tmp_path / "r.json"] + (["--json"] if as_json else [])
+    code, out, err = run(*argv)
+    _refused(code, out, err, "r.json", "printed on stdout")
+    doc = json.loads(out)
+    assert doc["results"]["tokens_per_s"]["plain"] > 0
+    assert ("error" in doc) == as_json
+    assert not list(tmp_path.iterdir())

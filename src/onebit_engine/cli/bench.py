@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import bench
 from ..atomic import atomic_write_text
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError
 from . import models, ui
 
 
@@ -30,7 +30,10 @@ def cmd_bench(args) -> int:
                               max_new_tokens=args.max_new_tokens, repeats=args.repeats, provenance=prov, progress=bar)
     doc["command"] = "onebit " + " ".join(args.argv)
     if args.out:
-        atomic_write_text(args.out, ui.dumps(doc))
+        try:
+            atomic_write_text(args.out, ui.dumps(doc))
+        except OutputError as e:  # the measurement is not lost: it goes to stdout, the error to stderr
+            return _unwritten(doc, e, args)
     if args.json:
         ui.print_json(doc)
         return 0
@@ -57,6 +60,16 @@ def cmd_bench(args) -> int:
     if args.out:
         print(f"wrote {args.out}")
     return 0
+
+
+def _unwritten(doc: dict, err: OutputError, args) -> int:
+    msg = f"{err}; the result is printed on stdout instead"
+    if args.json:
+        ui.print_json(dict(doc, error=msg, exit_code=2))
+    else:
+        print(ui.dumps(doc), end="")
+    print(f"onebit: error: {msg}", file=sys.stderr)
+    return 2
 
 
 def _read(path: str) -> dict:
