@@ -52,6 +52,8 @@ def unfuse_experts(tensors: dict, cfg: TargetConfig) -> list[str]:
                     del tensors[name]
         for fused, split, want in ((p + "experts.gate_up_proj", ("gate_proj", "up_proj"), (E, 2 * I, D)),
                                    (p + "experts.down_proj", ("down_proj",), (E, D, I))):
+            if fused + ".weight" in tensors and fused not in tensors:  # the same tensor under a .weight name
+                tensors[fused] = tensors.pop(fused + ".weight")
             if fused not in tensors:
                 continue
             arr = tensors.pop(fused)
@@ -79,6 +81,25 @@ def unfuse_experts(tensors: dict, cfg: TargetConfig) -> list[str]:
             problems.append(f"inconsistent expert count in layer {i}: the file has expert id(s) {_ids(extra)} "
                             f"beyond num_experts={E}")
     return problems
+
+
+def split_fused_experts(tensors: dict) -> dict:
+    """Config-free: every fused 3-D ``experts.gate_up_proj`` [E, 2 I, D] / ``experts.down_proj`` [E, D, I]
+    as per-expert 2-D projections (so ``onebit quantize`` quantizes each expert like a dense weight);
+    other tensors unchanged."""
+    out = {}
+    for name, arr in tensors.items():
+        base = name[: -len(".weight")] if name.endswith(".weight") else name
+        if np.ndim(arr) == 3 and base.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+            p = base[: base.rindex("experts.") + len("experts.")]
+            parts = ("gate_proj", "up_proj") if base.endswith("gate_up_proj") else ("down_proj",)
+            rows = arr.shape[1] // len(parts)
+            for e in range(arr.shape[0]):
+                for j, part in enumerate(parts):
+                    out[f"{p}{e}.{part}.weight"] = np.ascontiguousarray(arr[e, j * rows : (j + 1) * rows])
+        else:
+            out[name] = arr
+    return out
 
 
 def _ids(v: list[int]) -> str:

@@ -242,8 +242,7 @@ class DenseMLP:
 class DecoderLayer:
     """Pre-norm block with two residuals: x + mixer(norm(x)), then + mlp(norm(.))."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused, compiled: bool, row_set: int = 8,
-                 row_invariant: bool = False):
+    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused, compiled: bool, row_set: int, row_invariant: bool):
         p = f"model.layers.{i}."
         self.kind = cfg.layer_types[i]
         mixer = GatedDeltaNet if self.kind == "linear_attention" else GatedAttention

@@ -170,3 +170,24 @@ def test_quantized_moe_folder_equals_on_the_fly_quantization(moe_ckpt, tmp_path,
     ref = served.new_state()
     singles = np.concatenate([served.forward([t], ref).logits for t in TOKS])[4:]
     assert np.array_equal(ver, singles)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_quantizing_a_fused_layout_quantizes_every_expert(moe_ckpt, tmp_path, fmt):
+    """A fused 3-D checkpoint is split per expert before quantizing: host-int then runs the requested format
+    for the experts too, bitwise like quantizing the per-expert checkpoint on the fly."""
+    folder, cfg, w = moe_ckpt
+    fused = write_checkpoint(tmp_path / "fused", cfg, _fused(w, cfg))
+    dest = tmp_path / f"qf-{fmt}"
+    assert main(["quantize", "--model", str(fused), "--format", fmt, "--out", str(dest), "--json"]) == 0
+    from safetensors import safe_open
+
+    with safe_open(str(dest / "model.safetensors"), "np") as f:
+        assert not [k for k in f.keys() if ".experts." in k]  # nothing left in float
+    assert np.array_equal(_logits(dest, backend="host-int"), _logits(folder, backend=HostIntBackend(weight_format=fmt)))
+
+
+def test_fused_tensors_under_a_weight_name_load(moe_ckpt, tmp_path):
+    folder, cfg, w = moe_ckpt
+    named = {(k + ".weight" if k.endswith(("gate_up_proj", "experts.down_proj")) else k): v for k, v in _fused(w, cfg).items()}
+    assert np.array_equal(_logits(write_checkpoint(tmp_path / "fw", cfg, named)), _logits(folder))

@@ -153,7 +153,9 @@ def cmd_quantize(args) -> int:
     from ..safetensors_io import load_folder_tensors
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
-    tensors = load_folder_tensors(folder)
+    from ..moe_weights import split_fused_experts
+
+    tensors = split_fused_experts(load_folder_tensors(folder))  # fused 3-D experts: one projection per expert
     chosen = {n: a for n, a in sorted(tensors.items()) if is_projection(n, a)}
     if not chosen:
         raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize")
