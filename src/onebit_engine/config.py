@@ -1,7 +1,8 @@
 """The hybrid target's configuration: a frozen dataclass built from a Hugging Face ``config.json``.
 
 Supported ``model_type`` values: ``qwen3_5_text``, ``qwen3_5`` (the VL wrapper; its ``text_config`` is
-read) and ``qwen3_next`` (dense MLP only; MoE layers are refused, never mis-run).
+read), ``qwen3_next`` (dense or mixture-of-experts MLPs) and the Qwen3.5 / 3.6 MoE family
+``qwen3_5_moe_text`` / ``qwen3_5_moe`` (VL wrapper). The MoE fields live in ``moe_config.MoeConfig``.
 """
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from dataclasses import dataclass, asdict
 from typing import Any
 
 from .errors import ConfigError
+from .moe_config import ALL_SPARSE_TYPES, MoeConfig
 
-SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next")
+SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")
+VL_WRAPPERS = ("qwen3_5", "qwen3_5_moe")  # configs whose decoder is in ``text_config``
 LAYER_TYPES = ("linear_attention", "full_attention")
 
 
@@ -44,8 +47,11 @@ class TargetConfig:
     layout: str = "split"
     eos_token_ids: tuple[int, ...] = ()
     max_position_embeddings: int = 32768
+    moe: MoeConfig | None = None  # None: every MLP is dense
 
     def __post_init__(self) -> None:
+        if isinstance(self.moe, dict):  # TargetConfig(**cfg.to_dict()) round-trips
+            object.__setattr__(self, "moe", MoeConfig.from_dict(self.moe))
         if len(self.layer_types) != self.num_hidden_layers:
             raise ConfigError(
                 f"layer_types has {len(self.layer_types)} entries but num_hidden_layers is "
@@ -91,10 +97,15 @@ class TargetConfig:
     def rot_dim(self) -> int:
         return int(self.head_dim * self.partial_rotary_factor)
 
+    def is_sparse(self, layer: int) -> bool:
+        """Whether decoder layer ``layer`` has a mixture-of-experts MLP."""
+        return self.moe is not None and self.moe.is_sparse(layer)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["layer_types"] = list(self.layer_types)
         d["eos_token_ids"] = list(self.eos_token_ids)
+        d["moe"] = self.moe.to_dict() if self.moe is not None else None
         return d
 
     @classmethod
@@ -107,13 +118,12 @@ class TargetConfig:
                 f"(Qwen3.6 checkpoints declare 'qwen3_5')"
             )
         text = raw
-        if mt == "qwen3_5":
+        if mt in VL_WRAPPERS:
             text = raw.get("text_config")
             if not isinstance(text, dict):
-                raise ConfigError("model_type 'qwen3_5' needs a 'text_config' object; none was found")
+                raise ConfigError(f"model_type {mt!r} needs a 'text_config' object; none was found")
         eos = _eos_ids(raw.get("eos_token_id", text.get("eos_token_id")))
-        if mt == "qwen3_next":
-            _refuse_moe(text)
+        moe = MoeConfig.from_hf(text, mt) if mt in ("qwen3_next", *ALL_SPARSE_TYPES) else None
         if text.get("hidden_act", "silu") != "silu":
             raise ConfigError(f"hidden_act {text.get('hidden_act')!r} is not supported; only 'silu' is")
         if text.get("attention_bias", False):
@@ -134,7 +144,8 @@ class TargetConfig:
         return cls(
             vocab_size=_need(text, "vocab_size"),
             hidden_size=hidden,
-            intermediate_size=_need(text, "intermediate_size"),
+            # an all-sparse model (qwen3_5_moe) has no dense MLP and its config no intermediate_size
+            intermediate_size=int(text.get("intermediate_size", 0)) if mt in ALL_SPARSE_TYPES else _need(text, "intermediate_size"),
             num_hidden_layers=n,
             layer_types=tuple(layer_types),
             num_attention_heads=heads,
@@ -153,6 +164,7 @@ class TargetConfig:
             layout="grouped" if mt == "qwen3_next" else "split",
             eos_token_ids=eos,
             max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
+            moe=moe,
         )
 
 
@@ -169,17 +181,3 @@ def _eos_ids(v: Any) -> tuple[int, ...]:
         return (v,)
     return tuple(int(x) for x in v)
 
-
-def _refuse_moe(text: dict[str, Any]) -> None:
-    n_exp = int(text.get("num_experts", 0) or 0)
-    if n_exp <= 0:
-        return
-    step = int(text.get("decoder_sparse_step", 1) or 1)
-    dense_only = set(text.get("mlp_only_layers", []) or [])
-    moe_layers = [i for i in range(int(text["num_hidden_layers"])) if i not in dense_only and (i + 1) % step == 0]
-    if moe_layers:
-        raise ConfigError(
-            f"qwen3_next checkpoint has mixture-of-experts MLPs in layers {moe_layers} "
-            f"(num_experts={n_exp}); this engine runs dense SwiGLU MLPs only - MoE is refused rather "
-            f"than mis-run. Use a dense config (num_experts=0 or every layer in mlp_only_layers)"
-        )

@@ -51,6 +51,10 @@ def describe(path: "str | Path") -> dict[str, Any]:
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "layer_types",
                 "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
                 "tie_word_embeddings")}
+            if c.moe is not None:  # mixture of experts: experts, top-k, active vs total parameters
+                from ..moe_weights import moe_summary
+
+                cfg["moe"] = moe_summary(c)
         dtypes = sorted({t["dtype"] for t in tensors})
         quant = raw.get("quantization_config") or f"none (float checkpoint, dtypes {', '.join(dtypes)})"
     else:
@@ -90,7 +94,14 @@ def cmd_inspect(args) -> int:
     print(f"{d['path']}: {d['kind']}, {len(d['tensors'])} tensors, {d['total_elements']:,} elements, "
           f"{d['total_bytes'] / 2**20:.2f} MiB")
     for k, v in d["config"].items():
-        print(f"  {k}: {v}")
+        if k != "moe":
+            print(f"  {k}: {v}")
+    moe = d["config"].get("moe")
+    if moe:
+        shared = f"shared expert {moe['shared_expert_intermediate_size']}" if moe["shared_expert_intermediate_size"] else "no shared expert"
+        print(f"  moe: {moe['num_experts']} experts of {moe['moe_intermediate_size']}, top-{moe['top_k']}, {shared}, "
+              f"sparse layers {moe['sparse_layers']}; parameters {moe['active_params']:,} active per token of "
+              f"{moe['total_params']:,} total ({moe['active_params'] / moe['total_params']:.1%})")
     q = d["quantization"]
     if isinstance(q, dict) and "weights" in q:
         print(f"quantization: {', '.join(q['formats'])} (one float32 scale per output channel)")
@@ -147,8 +158,10 @@ def cmd_quantize(args) -> int:
     from ..safetensors_io import load_folder_tensors
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
+    from ..moe_weights import split_fused_experts
+
     _check_config(folder, servable=not str(args.out).endswith(".safetensors"))
-    tensors = load_folder_tensors(folder)
+    tensors = split_fused_experts(load_folder_tensors(folder))  # fused 3-D experts: one projection per expert
     chosen = {n: a for n, a in sorted(tensors.items()) if is_projection(n, a)}
     if not chosen:
         raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize")
