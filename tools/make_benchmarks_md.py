@@ -359,6 +359,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     png = out.with_name("benchmarks_speedup.png")
     text, points = render(data, command, png.name)
+    from moe_bench_md import current_section, render_moe, splice  # tools/ is on sys.path (this script's folder)
+
+    old = out.read_text() if out.exists() else ""
+    text = splice(text, render_moe(data, command) or current_section(old))  # §11: this run's MoE figures, else the page's
     plot(points, png)
     atomic_write_text(out, text)
     print(f"wrote {out} and {png}", file=sys.stderr)

@@ -7,8 +7,11 @@ the speculative loop. Within a repeat the three are interleaved in a shuffled or
 noisy, shared machine slows them alike. Reported: per-mode medians over repeats and the ratios, the measured
 acceptance, and the speedup that acceptance predicts from the measured costs (Leviathan et al.).
 
-``compare`` puts two result files side by side and refuses when their provenance differs: a
-reference measured with another build, kernel set or model is not a reference.
+``compare`` (``bench_compare``) puts two result files side by side and refuses when their provenance
+differs: a reference measured with another build, kernel set, model or machine is not a reference.
+
+A figure with nothing to measure it on (a ratio over a zero rate) is None, with its reason under
+``results.null_reasons``; never NaN.
 """
 from __future__ import annotations
 
@@ -16,20 +19,21 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import OnebitError
+from .bench_compare import COMPARE_FIELDS, SCHEMA, ProvenanceMismatch, ResultError, check_result, compare, provenance_differences
+from .errors import ConfigError
 from .probe import expected_tokens
-
-SCHEMA = "onebit.bench/1"
-# Provenance fields two runs must share to be compared.
-COMPARE_FIELDS = ("engine_version", "git_revision", "backend", "kernel_set", "kernel_hash", "backend_options",
-                  "row_set", "commit_path", "k", "model_hash", "draft_hash", "draft_backend", "draft_kernel_set",
-                  "max_new_tokens", "machine")
+from .provenance import prompt_set_hash
 
 Progress = Callable[[int], None]
 
 
-class ProvenanceMismatch(OnebitError, ValueError):
-    """Two benchmark results were measured with different builds, models or settings."""
+def check_room(max_new_tokens: int, k: int) -> None:
+    """The first token comes from the prefill; a speculative round needs room for 1 draft and its bonus
+    token after it. A bench with no round would report a speedup of plain decoding against itself."""
+    if max_new_tokens < 3:
+        raise ConfigError(f"--max-new-tokens {max_new_tokens} leaves no room for a speculative round at k={k} (the "
+                          f"first token comes from the prefill, a round needs room for 1 draft and its bonus token); "
+                          f"give --max-new-tokens 3 or more ({k + 2} for one full round of {k} drafts)")
 
 
 def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *, k: int, commit_path: str = "keep",
@@ -39,8 +43,9 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
     from .generate import generate
     from .speculative import speculative_generate
 
+    check_room(max_new_tokens, k)
     if repeats < 1:
-        raise ValueError(f"repeats={repeats} must be >= 1")
+        raise ConfigError(f"--repeats {repeats} must be >= 1; give --repeats 1 or more")
     modes: dict[str, Callable[[Sequence[int]], Any]] = {
         "plain": lambda p: generate(target, p, max_new_tokens=max_new_tokens, stop_tokens=()),
         "plain_1row": lambda p: generate(target_one_row, p, max_new_tokens=max_new_tokens, stop_tokens=()),
@@ -63,32 +68,59 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
                      min(len(spec_tokens), len(plain_tokens)))
             first_diff = {"prompt": i, "token": j}
             break
-    med = {n: float(np.median([r[n] for r in runs])) for n in names}
-    stats = {key: float(np.median([r[key] for r in runs])) for key in runs[0] if key not in names}
-    step_ms = 1e3 / med["plain"] if med["plain"] > 0 else float("nan")
-    round_steps = stats["round_ms"] / step_ms if step_ms > 0 else float("nan")
-    predicted = expected_tokens(stats["per_token_acceptance"], k) / round_steps if round_steps > 0 else float("nan")
+    reasons: dict[str, str] = {}
+    med = {n: _median([r[n] for r in runs]) for n in names}
+    stats = {key: _median([r[key] for r in runs]) for key in runs[0] if key not in names}
+    for key, v in {**med, **stats}.items():
+        if v is None:
+            reasons[key] = "not measured: a repeat had no decode time or no speculative round"
+    rounds = sum(len(rep) for rep in doc["rounds"]["speculative"])
+    step_ms = _ratio(1e3, med["plain"], "plain_step_ms", "plain decoding ran at 0 tokens/s", reasons)
+    round_steps = _ratio(stats["round_ms"], step_ms, "round_cost_steps", "no plain step time", reasons)
+    a = stats["per_token_acceptance"]
+    predicted = _ratio(expected_tokens(a, k) if a is not None else None, round_steps, "predicted_speedup",
+                       "no acceptance or round cost measured", reasons)
     results = {
-        "tokens_per_s": med, "ratio_vs_plain": med["speculative"] / med["plain"],
-        "ratio_vs_plain_1row": med["speculative"] / med["plain_1row"],
+        "tokens_per_s": med,
+        "ratio_vs_plain": _ratio(med["speculative"], med["plain"], "ratio_vs_plain", "plain decoding ran at 0 tokens/s", reasons),
+        "ratio_vs_plain_1row": _ratio(med["speculative"], med["plain_1row"], "ratio_vs_plain_1row",
+                                      "plain decoding at 1 row ran at 0 tokens/s", reasons),
         "plain_step_ms": step_ms, "round_cost_steps": round_steps, "predicted_speedup": predicted, **stats,
-        "identical_to_plain": identical, "first_difference": first_diff,
+        "speculative_rounds": rounds, "identical_to_plain": identical, "first_difference": first_diff,
     }
+    if reasons:
+        results["null_reasons"] = reasons
     config = {"k": k, "commit_path": commit_path, "max_new_tokens": max_new_tokens, "repeats": repeats,
               "prompts": [list(map(int, p)) for p in prompts]}
-    return {"schema": SCHEMA, "provenance": dict(provenance, k=k, commit_path=commit_path, max_new_tokens=max_new_tokens),
-            "config": config, "results": results, "runs": runs}
+    prov = dict(provenance, k=k, commit_path=commit_path, max_new_tokens=max_new_tokens, prompt_set_hash=prompt_set_hash(prompts))
+    return {"schema": SCHEMA, "provenance": prov, "config": config, "results": results, "runs": runs}
 
 
-def _round_stats(rounds, k: int) -> dict[str, float]:
+def _median(xs: Sequence[float | None]) -> float | None:
+    """The median, or None when any repeat has no figure (a finite median of the others would hide it)."""
+    if not xs or any(x is None or not np.isfinite(x) for x in xs):
+        return None
+    return float(np.median(xs))
+
+
+def _ratio(num: float | None, den: float | None, key: str, why: str, reasons: dict[str, str]) -> float | None:
+    """num / den, or None (its reason recorded) when either is missing or den is not > 0."""
+    if num is None or den is None or not den > 0 or not np.isfinite(num / den):
+        reasons[key] = why
+        return None
+    return float(num / den)
+
+
+def _round_stats(rounds, k: int) -> dict[str, float | None]:
+    """Pooled statistics of speculative rounds; None where there is nothing to pool (no round, no draft)."""
     proposed = sum(r.proposed for r in rounds)
-    mean = lambda xs: float(np.mean(xs)) if xs else 0.0  # noqa: E731
+    mean = lambda xs: float(np.mean(xs)) if xs else None  # noqa: E731
     accepted = sum(r.accepted for r in rounds)
     rejected = sum(r.accepted < r.proposed for r in rounds)
     return {
-        "acceptance": accepted / proposed if proposed else 0.0,
+        "acceptance": accepted / proposed if proposed else None,
         # per-token acceptance a (geometric MLE): each draft is accepted with probability a until the first miss
-        "per_token_acceptance": accepted / (accepted + rejected) if accepted + rejected else 0.0,
+        "per_token_acceptance": accepted / (accepted + rejected) if accepted + rejected else None,
         "tokens_per_round": mean([r.emitted for r in rounds]),
         "draft_ms": mean([r.draft_ms for r in rounds]), "verify_ms": mean([r.verify_ms for r in rounds]),
         "commit_ms": mean([r.commit_ms for r in rounds]), "round_ms": mean([r.total_ms for r in rounds]),
@@ -107,7 +139,7 @@ def sweep(variants: dict[str, Callable[[Sequence[int]], Any]], prompts: Sequence
     import random
 
     if repeats < 1:
-        raise ValueError(f"repeats={repeats} must be >= 1")
+        raise ConfigError(f"repeats={repeats} must be >= 1; give 1 or more")
     names = list(variants)
     order = [(n, i) for n in names for i in range(len(prompts))]
     rng = random.Random(seed)
@@ -140,38 +172,5 @@ def sweep(variants: dict[str, Callable[[Sequence[int]], Any]], prompts: Sequence
             "tokens": tokens, "rounds": rounds, "round_stats": {n: _round_stats(r, 0) for n, r in pooled.items() if r}}
 
 
-# -- comparing runs -----------------------------------------------------------------------------------
-def check_result(doc: Any, name: str) -> dict[str, Any]:
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "results" not in doc or "provenance" not in doc:
-        raise ProvenanceMismatch(f"{name} is not an `onebit bench --json` result (schema {SCHEMA!r}); "
-                                 f"write one with `onebit bench --json --out {name}`")
-    return doc
-
-
-def provenance_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    pa, pb = a["provenance"], b["provenance"]
-    return [f"{f}: {pa.get(f)!r} vs {pb.get(f)!r}" for f in COMPARE_FIELDS if pa.get(f) != pb.get(f)]
-
-
-def compare(a: dict[str, Any], b: dict[str, Any], *, allow_mismatch: bool = False,
-            names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
-    """Rows ``(metric, A, B, B/A)``; refuses different provenance unless ``allow_mismatch`` (then
-    ``comparable`` is False and every row is labelled so)."""
-    a, b = check_result(a, names[0]), check_result(b, names[1])
-    diffs = provenance_differences(a, b)
-    if diffs and not allow_mismatch:
-        raise ProvenanceMismatch(
-            f"{names[0]} and {names[1]} were measured with different provenance ({'; '.join(diffs)}); a speedup is "
-            f"only a speedup against plain decoding of the same build, kernel set and model - re-measure both "
-            f"with one build, or pass --allow-mismatch to print them labelled as not comparable")
-    ra, rb = a["results"], b["results"]
-    rows = []
-    for key in ("plain", "plain_1row", "speculative"):
-        rows.append((f"{key} tok/s", ra["tokens_per_s"][key], rb["tokens_per_s"][key]))
-    for key in ("ratio_vs_plain", "ratio_vs_plain_1row", "acceptance", "tokens_per_round", "round_ms", "predicted_speedup"):
-        rows.append((key, ra.get(key), rb.get(key)))
-    out = [{"metric": m, "a": x, "b": y, "b_over_a": (y / x) if x and y is not None else None} for m, x, y in rows]
-    return {"comparable": not diffs, "differences": diffs, "rows": out}
-
-
-__all__ = ["run_bench", "sweep", "compare", "check_result", "provenance_differences", "ProvenanceMismatch", "SCHEMA"]
+__all__ = ["run_bench", "sweep", "check_room", "compare", "check_result", "provenance_differences", "ProvenanceMismatch",
+           "ResultError", "COMPARE_FIELDS", "SCHEMA"]

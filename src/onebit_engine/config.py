@@ -1,7 +1,8 @@
 """The hybrid target's configuration: a frozen dataclass built from a Hugging Face ``config.json``.
 
 Supported ``model_type`` values: ``qwen3_5_text``, ``qwen3_5`` (the VL wrapper; its ``text_config`` is
-read) and ``qwen3_next`` (dense MLP only; MoE layers are refused, never mis-run).
+read), ``qwen3_next`` (dense or mixture-of-experts MLPs) and the Qwen3.5 / 3.6 MoE family
+``qwen3_5_moe_text`` / ``qwen3_5_moe`` (VL wrapper). The MoE fields live in ``moe_config.MoeConfig``.
 
 Every value read is typed and ranged (:data:`TEXT_FIELDS`, ``config_check``): a bad config.json is
 refused with one :class:`ConfigError` that lists every problem, never truncated or half-read.
@@ -13,8 +14,10 @@ from typing import Any
 
 from .config_check import Field, Problems, read_field, read_int_list, read_name_list, read_object, show, top_object
 from .errors import ConfigError
+from .moe_config import ALL_SPARSE_TYPES, MoeConfig
 
-SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next")
+SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")
+VL_WRAPPERS = ("qwen3_5", "qwen3_5_moe")  # configs whose decoder is in ``text_config``
 LAYER_TYPES = ("linear_attention", "full_attention")
 MAX_LAYERS = 1024  # no known model comes near; a larger count is a corrupt config, not a model to build
 
@@ -50,6 +53,8 @@ SUPPORT_FIELDS = (
     Field("hidden_act", "str", "silu", choices=("silu",)),
     Field("attention_bias", "bool", False, choices=(False,)),
 )
+# An all-sparse model (qwen3_5_moe) has no dense MLP and its config no intermediate_size.
+SPARSE_FIELDS: dict[str, Field] = {"intermediate_size": Field("intermediate_size", "int", 0, min=0)}
 WAY_OUT = "fix these values in config.json (or use the config.json that came with the weights); nothing was loaded"
 
 
@@ -83,8 +88,11 @@ class TargetConfig:
     layout: str = "split"
     eos_token_ids: tuple[int, ...] = ()
     max_position_embeddings: int = 32768
+    moe: MoeConfig | None = None  # None: every MLP is dense
 
     def __post_init__(self) -> None:
+        if isinstance(self.moe, dict):  # TargetConfig(**cfg.to_dict()) round-trips
+            object.__setattr__(self, "moe", MoeConfig.from_dict(self.moe))
         problems = consistency_problems(asdict(self))
         if self.layout not in ("split", "grouped"):
             problems.append(f"layout {self.layout!r} is not 'split' or 'grouped'")
@@ -108,10 +116,15 @@ class TargetConfig:
     def rot_dim(self) -> int:
         return int(self.head_dim * self.partial_rotary_factor)
 
+    def is_sparse(self, layer: int) -> bool:
+        """Whether decoder layer ``layer`` has a mixture-of-experts MLP."""
+        return self.moe is not None and self.moe.is_sparse(layer)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["layer_types"] = list(self.layer_types)
         d["eos_token_ids"] = list(self.eos_token_ids)
+        d["moe"] = self.moe.to_dict() if self.moe is not None else None
         return d
 
     @classmethod
@@ -126,19 +139,18 @@ class TargetConfig:
                 f"(Qwen3.6 checkpoints declare 'qwen3_5')"
             )
         text, pre = raw, ""
-        if mt == "qwen3_5":
+        if mt in VL_WRAPPERS:
             text, pre = raw.get("text_config"), "text_config."
             if not isinstance(text, dict):
-                raise ConfigError(f"{source}: model_type 'qwen3_5' needs a 'text_config' object, got "
+                raise ConfigError(f"{source}: model_type {mt!r} needs a 'text_config' object, got "
                                   f"{show(text)}; use the config.json that came with the weights")
-        if mt == "qwen3_next":
-            _refuse_moe(text)
         p = Problems(source)
         inner = [(pre, text)]
         outer = [("", raw), (pre, text)] if text is not raw else [("", raw)]  # the VL wrapper first
         for f in SUPPORT_FIELDS:
             read_field(p, f, inner)
-        v: dict[str, Any] = {name: read_field(p, f, inner) for name, f in TEXT_FIELDS.items()}
+        fields = {**TEXT_FIELDS, **SPARSE_FIELDS} if mt in ALL_SPARSE_TYPES else TEXT_FIELDS
+        v: dict[str, Any] = {name: read_field(p, f, inner) for name, f in fields.items()}
         rope = _rope(p, text, pre)
         v.update({name: read_field(p, f, rope + inner) for name, f in ROPE_FIELDS.items()})
         v.update({name: read_field(p, f, outer) for name, f in OUTER_FIELDS.items()})
@@ -152,7 +164,8 @@ class TargetConfig:
         v["eos_token_ids"] = _eos_ids(p, *_outer_value("eos_token_id", outer))
         p.items.extend(consistency_problems(v))
         p.check(WAY_OUT)
-        return cls(**v, model_type=mt, layout="grouped" if mt == "qwen3_next" else "split")
+        moe = MoeConfig.from_hf(text, mt) if mt in ("qwen3_next", *ALL_SPARSE_TYPES) else None
+        return cls(**v, model_type=mt, layout="grouped" if mt == "qwen3_next" else "split", moe=moe)
 
 
 def consistency_problems(v: dict[str, Any]) -> list[str]:
@@ -230,17 +243,3 @@ def _eos_ids(p: Problems, label: str, v: Any) -> tuple[int, ...] | None:
     got = read_int_list(p, label, [v] if isinstance(v, int) else v)
     return None if got is None else tuple(got)
 
-
-def _refuse_moe(text: dict[str, Any]) -> None:
-    n_exp = int(text.get("num_experts", 0) or 0)
-    if n_exp <= 0:
-        return
-    step = int(text.get("decoder_sparse_step", 1) or 1)
-    dense_only = set(text.get("mlp_only_layers", []) or [])
-    moe_layers = [i for i in range(int(text["num_hidden_layers"])) if i not in dense_only and (i + 1) % step == 0]
-    if moe_layers:
-        raise ConfigError(
-            f"qwen3_next checkpoint has mixture-of-experts MLPs in layers {moe_layers} "
-            f"(num_experts={n_exp}); this engine runs dense SwiGLU MLPs only - MoE is refused rather "
-            f"than mis-run. Use a dense config (num_experts=0 or every layer in mlp_only_layers)"
-        )

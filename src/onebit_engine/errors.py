@@ -36,3 +36,16 @@ class StateMismatch(StateError):
             f"(max |diff| = {max_diff:.3e}){detail}; the fast path is wrong - use path='replay' "
             f"until it is fixed"
         )
+
+
+class OutputError(OnebitError, OSError):
+    """An output path cannot or must not be written (not a regular file, one of the command's inputs,
+    a checkpoint's file, a full disk, no permission); the message names the path."""
+
+
+class NumericalError(OnebitError, FloatingPointError):
+    """A forward produced non-finite logits; the run stops at that step rather than emit a token."""
+
+
+class ContextLimitError(OnebitError, ValueError):
+    """A run would go past the model's ``max_position_embeddings``."""

@@ -7,8 +7,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .inputs import check_run
 from .provenance import run_provenance
-from .sampling import choose
+from .sampling import choose, finite_row
 
 
 @dataclass
@@ -35,11 +36,7 @@ def generate(
     stop_tokens: Sequence[int] | None = None,
 ) -> GenerateResult:
     """Greedy (T = 0) or sampled decoding of ``max_new_tokens`` tokens after ``prompt``."""
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    prompt = [int(t) for t in prompt]
-    if not prompt:
-        raise ValueError("prompt is empty; give at least one token")
+    prompt = check_run(target, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     stops = set(target.config.eos_token_ids if stop_tokens is None else stop_tokens)
     rng = np.random.default_rng(seed) if temperature > 0 else None
     state = target.new_state()
@@ -49,7 +46,7 @@ def generate(
     t1 = time.perf_counter()
     reason = "max_new_tokens"
     while len(out) < max_new_tokens:
-        tok = choose(logits, temperature, rng)
+        tok = choose(finite_row(logits, f"token {len(out)} (plain decoding)"), temperature, rng)
         out.append(tok)
         if tok in stops:
             reason = "stop_token"

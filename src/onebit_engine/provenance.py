@@ -68,21 +68,62 @@ def checkpoint_hash(folder: "str | Path") -> str:
 
 
 def machine() -> dict[str, Any]:
-    """The host, for a benchmark's provenance: architecture, CPU model, logical CPUs, Python, numpy."""
+    """The host, for a benchmark's provenance: architecture, CPU model and flags, logical / physical /
+    usable CPUs, Python, numpy and its BLAS. A field this host does not expose is None."""
     import os
 
     import numpy as np
 
-    cpu = platform.processor() or ""
+    model, flags, cores = None, None, set()
     try:
+        phys = None
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            key, _, val = (part.strip() for part in line.partition(":"))
+            if key == "model name" and model is None:
+                model = val
+            elif key in ("flags", "Features") and flags is None:  # x86 / arm
+                flags = " ".join(sorted(set(val.split())))
+            elif key == "physical id":
+                phys = val
+            elif key == "core id":
+                cores.add((phys, val))
     except OSError:
         pass
-    return {"arch": platform.machine(), "cpu": cpu, "logical_cpus": os.cpu_count(), "system": platform.system(),
-            "python": platform.python_version(), "numpy": np.__version__}
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"arch": platform.machine(), "cpu": model or platform.processor() or None, "cpu_flags": flags, "logical_cpus": os.cpu_count(),
+            "physical_cores": len(cores) or None, "usable_cpus": usable, "system": platform.system(),
+            "python": platform.python_version(), "numpy": np.__version__, "blas": blas_info()}
+
+
+def blas_info() -> dict[str, Any] | None:
+    """numpy's BLAS: the build's (``numpy.show_config``) and, with threadpoolctl, the library loaded now
+    (name, version, architecture; not its thread count, which ``threads`` records)."""
+    import numpy as np
+
+    info: dict[str, Any] = {}
+    try:
+        deps = (np.show_config(mode="dicts") or {}).get("Build Dependencies", {})
+        blas = deps.get("blas", {}) if isinstance(deps, dict) else {}
+        info = {k: blas.get(src) for k, src in (("name", "name"), ("version", "version"), ("config", "openblas configuration"))}
+    except (TypeError, ValueError, AttributeError):  # numpy < 1.25 has no mode="dicts"
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        info["runtime"] = None
+    else:
+        info["runtime"] = [{k: lib.get(k) for k in ("internal_api", "version", "architecture", "threading_layer")}
+                           for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    return info or None
+
+
+def prompt_set_hash(prompts) -> str:
+    """sha256 of a prompt set's token ids (order kept): two results compare only on the same prompts."""
+    import hashlib
+    import json
+
+    ids = [[int(t) for t in p] for p in prompts]
+    return hashlib.sha256(json.dumps(ids, separators=(",", ":")).encode()).hexdigest()
 
 
 def pair_provenance(target, *, model_hash: str, draft=None, draft_hash: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -95,6 +136,7 @@ def pair_provenance(target, *, model_hash: str, draft=None, draft_hash: str | No
     if draft is not None:
         dbe = _draft_backend(draft)
         prov.update(draft_backend=dbe.get("backend"), draft_kernel_set=dbe.get("kernel_set"), draft_kernel_hash=dbe.get("hash"),
+                    draft_ops=getattr(getattr(draft, "ops", None), "name", None),
                     draft_version=draft.config.version, block_size=draft.config.block_size)
     return prov
 

@@ -3,11 +3,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ConfigError, NumericalError
+
+
+def finite_row(logits: np.ndarray, where: str) -> np.ndarray:
+    """``logits`` [V] unchanged, or a NumericalError naming ``where`` when any value is NaN or inf: a token
+    chosen from such a row is meaningless (argmax of NaN is 0), so the run stops instead of emitting it."""
+    ok = np.isfinite(logits)
+    if not ok.all():
+        bad = np.asarray(logits)[~ok]
+        kinds = "/".join(sorted({"NaN" if np.isnan(v) else "inf" for v in bad[:64].tolist()}))
+        raise NumericalError(
+            f"{where}: the target's logits hold {kinds} ({bad.size} of {ok.size} values); no token is emitted - the "
+            f"weights or activations overflowed: check the checkpoint with `onebit inspect` or try the reference backend")
+    return logits
+
 
 def probs(logits: np.ndarray, temperature: float) -> np.ndarray:
     """softmax(logits / T) in float64 over the last axis. Shapes: [..., V] -> [..., V]."""
     if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for a distribution, got {temperature}; use greedy() at T = 0")
+        raise ConfigError(f"temperature must be > 0 for a distribution, got {temperature}; use greedy() at T = 0")
     z = np.asarray(logits, np.float64) / float(temperature)
     z = z - z.max(axis=-1, keepdims=True)
     e = np.exp(z)
@@ -34,5 +49,5 @@ def choose(logits: np.ndarray, temperature: float, rng: np.random.Generator | No
     if temperature <= 0:
         return greedy(logits)
     if rng is None:
-        raise ValueError("sampling at temperature > 0 needs an rng (np.random.Generator); pass seed=")
+        raise ConfigError("sampling at temperature > 0 needs an rng (np.random.Generator); pass seed=")
     return draw(probs(logits, temperature), rng)

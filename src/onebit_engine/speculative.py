@@ -24,9 +24,10 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from .commit import COMMIT_PATHS
-from .errors import ConfigError
+from .errors import ConfigError, NumericalError
+from .inputs import check_run
 from .provenance import device_provenance, run_provenance
-from .sampling import choose, draw, probs
+from .sampling import choose, draw, finite_row, probs
 
 
 class DraftLike(Protocol):
@@ -121,7 +122,7 @@ def greedy_accept(drafts: Sequence[int], logits) -> tuple[int, int]:
     :class:`RowLogits`: rows past the first rejection are then never computed)."""
     a = 0
     while True:
-        top = int(np.argmax(logits[a]))
+        top = int(np.argmax(finite_row(logits[a], f"verify row {a}")))
         if a == len(drafts) or int(drafts[a]) != top:
             return a, top
         a += 1
@@ -154,14 +155,14 @@ class RowLogits:
 def sampled_accept(drafts: Sequence[int], q: np.ndarray, logits: np.ndarray, temperature: float, rng: np.random.Generator) -> tuple[int, int]:
     """Distribution-preserving acceptance (Leviathan et al. / Chen et al.). q [n, V], logits [n+1, V]."""
     for i, d in enumerate(drafts):
-        p = probs(logits[i], temperature)
+        p = probs(finite_row(logits[i], f"verify row {i}"), temperature)
         qi = np.asarray(q[i], np.float64)
         if rng.random() * qi[d] < p[d]:  # accept with probability min(1, p/q)
             continue
         residual = np.maximum(p - qi, 0.0)
         total = residual.sum()
         return i, draw(residual / total if total > 0 else p, rng)
-    return len(drafts), draw(probs(logits[len(drafts)], temperature), rng)
+    return len(drafts), draw(probs(finite_row(logits[len(drafts)], f"verify row {len(drafts)}"), temperature), rng)
 
 
 def speculative_generate(
@@ -181,14 +182,10 @@ def speculative_generate(
         raise ConfigError(f"k={k} is out of range: it must be 1..{max_k} (the draft's block size {block} minus 1)")
     if commit_path not in COMMIT_PATHS:
         raise ConfigError(f"commit_path {commit_path!r} is not one of {COMMIT_PATHS}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    prompt = check_run(target, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     policy = below_break_even if fallback == "break-even" else fallback
     if policy is not None and not callable(policy):
         raise ConfigError(f"fallback {fallback!r} must be None, 'break-even' or a callable (rounds, step_ms) -> bool")
-    prompt = [int(t) for t in prompt]
-    if not prompt:
-        raise ValueError("prompt is empty; give at least one token")
     stops = set(target.config.eos_token_ids if stop_tokens is None else stop_tokens)
     rng = np.random.default_rng(seed)
     sampling = temperature > 0
@@ -221,7 +218,7 @@ def speculative_generate(
         return res.stop_reason == "stop_token" or len(out) >= max_new_tokens
 
     if max_new_tokens > 0:
-        emit([choose(pre.logits[-1], temperature, rng)])
+        emit([choose(finite_row(pre.logits[-1], "token 0 (prefill)"), temperature, rng)])
     if policy is not None and not done():
         res.step_ms = _plain_step_ms(target, state, out[-1])
     while not done():
@@ -231,7 +228,7 @@ def speculative_generate(
             o = target.forward([last], state)
             draft.append_context(dstate, o.hidden)
             res.plain_steps += 1
-            emit([choose(o.logits[0], temperature, rng)])
+            emit([choose(finite_row(o.logits[0], f"token {len(out)} (plain step)"), temperature, rng)])
             continue
         ta = time.perf_counter()
         prop = draft.propose(dstate, last, n, temperature=temperature, rng=rng if sampling else None)
@@ -239,10 +236,13 @@ def speculative_generate(
         tb = time.perf_counter()
         ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"), **lazy)
         rows = RowLogits(len(drafts) + 1, lambda lo, hi: target.logits(ver.hidden[lo:hi, -1])) if lazy else ver.logits
-        if sampling:
-            a, bonus = sampled_accept(drafts, prop.q, rows, temperature, rng)
-        else:
-            a, bonus = greedy_accept(drafts, rows)
+        try:
+            if sampling:
+                a, bonus = sampled_accept(drafts, prop.q, rows, temperature, rng)
+            else:
+                a, bonus = greedy_accept(drafts, rows)
+        except NumericalError as e:  # name where in the run it happened
+            raise NumericalError(f"round {len(rounds) + 1} (after token {len(out) - 1}), {e}") from None
         tc = time.perf_counter()
         target.commit(state, a + 1, path=commit_path, replay_check=replay_check)
         td = time.perf_counter()

@@ -1,5 +1,8 @@
 """Seeded random hybrid targets: configs, weights, and HF-layout checkpoint folders (no network).
 
+``tiny_config(moe=MoeConfig(...))`` gives a mixture-of-experts target: ``qwen3_5_moe_text`` when every
+layer is sparse, else ``qwen3_next`` (its checkpoint is written in the grouped layout).
+
 Norm weights, ``dt_bias`` and the gated-norm weight are randomised (HF's zero / one initialisations would
 hide layout bugs, hybrid-target.md 5.2).
 """
@@ -11,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import TargetConfig
+from .moe_config import MoeConfig
 from .target import Target
 from .target_weights import file_shapes
 
@@ -23,7 +27,7 @@ def tiny_config(
     head_dim: int = 16, linear_num_key_heads: int = 2, linear_num_value_heads: int = 4,
     linear_key_head_dim: int = 8, linear_value_head_dim: int = 8, linear_conv_kernel_dim: int = 4,
     rope_theta: float = 10000.0, partial_rotary_factor: float = 0.25, tie_word_embeddings: bool = False,
-    eos_token_ids: tuple[int, ...] = (),
+    eos_token_ids: tuple[int, ...] = (), moe: MoeConfig | None = None,
 ) -> TargetConfig:
     layer_types = tuple(
         "full_attention" if (i + 1) % full_attention_interval == 0 else "linear_attention"
@@ -37,8 +41,15 @@ def tiny_config(
         linear_key_head_dim=linear_key_head_dim, linear_value_head_dim=linear_value_head_dim,
         linear_conv_kernel_dim=linear_conv_kernel_dim, rope_theta=rope_theta,
         partial_rotary_factor=partial_rotary_factor, tie_word_embeddings=tie_word_embeddings,
-        eos_token_ids=eos_token_ids,
+        eos_token_ids=eos_token_ids, moe=moe, model_type=_moe_type(moe, num_hidden_layers),
+        layout="grouped" if _moe_type(moe, num_hidden_layers) == "qwen3_next" else "split",
     )
+
+
+def _moe_type(moe: MoeConfig | None, layers: int) -> str:
+    if moe is None:
+        return "qwen3_5_text"
+    return "qwen3_5_moe_text" if all(moe.is_sparse(i) for i in range(layers)) else "qwen3_next"
 
 
 def random_weights(cfg: TargetConfig, seed: int = 0, scale: float = 1.0) -> dict[str, np.ndarray]:
@@ -73,10 +84,16 @@ def random_target(cfg: TargetConfig | None = None, seed: int = 0, *, backend="re
     return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set, recurrence=recurrence)
 
 
+_ARCHS = {"qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+          "qwen3_next": "Qwen3NextForCausalLM"}
+
+
 def hf_config_dict(cfg: TargetConfig) -> dict:
-    """A ``qwen3_5_text`` config.json for ``cfg``."""
-    return {
-        "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+    """A ``qwen3_5_text`` config.json for ``cfg`` (``qwen3_5_moe_text`` / ``qwen3_next`` for a MoE one)."""
+    mt = _moe_type(cfg.moe, cfg.num_hidden_layers)
+    moe = cfg.moe.to_dict() if cfg.moe is not None else {}
+    return {**moe,
+        "architectures": [_ARCHS[mt]], "model_type": mt,
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
         "num_hidden_layers": cfg.num_hidden_layers, "layer_types": list(cfg.layer_types),
         "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
@@ -98,6 +115,8 @@ def write_checkpoint(folder: "str | Path", cfg: TargetConfig, weights: dict[str,
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(hf_config_dict(cfg), indent=2))
+    if _moe_type(cfg.moe, cfg.num_hidden_layers) == "qwen3_next":
+        weights = _grouped(weights, cfg)
     names = sorted(weights)
     if shards <= 1:
         save_file({n: weights[n] for n in names}, str(folder / "model.safetensors"))
@@ -110,3 +129,23 @@ def write_checkpoint(folder: "str | Path", cfg: TargetConfig, weights: dict[str,
         weight_map.update({n: fname for n in part})
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder
+
+
+def _grouped(weights: dict[str, np.ndarray], cfg: TargetConfig) -> dict[str, np.ndarray]:
+    """Engine (split) delta-net projections in Qwen3-Next's grouped layout (target_weights._regroup's inverse)."""
+    HK, dk, dv = cfg.linear_num_key_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    r = cfg.linear_num_value_heads // HK
+    w = dict(weights)
+    for i, kind in enumerate(cfg.layer_types):
+        if kind != "linear_attention":
+            continue
+        a = f"model.layers.{i}.linear_attn."
+        qkv, z = w.pop(a + "in_proj_qkv.weight"), w.pop(a + "in_proj_z.weight")
+        q, k, v = qkv[: HK * dk], qkv[HK * dk : 2 * HK * dk], qkv[2 * HK * dk :]
+        b, al = w.pop(a + "in_proj_b.weight"), w.pop(a + "in_proj_a.weight")
+        g = range(HK)
+        w[a + "in_proj_qkvz.weight"] = np.concatenate([np.concatenate(
+            [q[j * dk : (j + 1) * dk], k[j * dk : (j + 1) * dk], v[j * r * dv : (j + 1) * r * dv], z[j * r * dv : (j + 1) * r * dv]])
+            for j in g])
+        w[a + "in_proj_ba.weight"] = np.concatenate([np.concatenate([b[j * r : (j + 1) * r], al[j * r : (j + 1) * r]]) for j in g])
+    return w

@@ -1,4 +1,5 @@
-"""The hybrid target: Gated DeltaNet + gated attention decoder (Qwen3.5 / Qwen3.6 / Qwen3-Next dense).
+"""The hybrid target: Gated DeltaNet + gated attention decoder (Qwen3.5 / Qwen3.6 / Qwen3-Next, dense or
+mixture-of-experts MLPs - the sparse block is ``moe_mlp.MoeMLP``).
 
 Reads top-down: the delta-net mixer, gated attention, MLP, decoder layer, then the model with its three
 entry points (``forward``, ``verify``, ``commit``). Exact math: ``hybrid-target.md`` section 3.
@@ -20,9 +21,10 @@ import numpy as np
 
 from .commit import COMMIT_PATHS, commit_verify
 from .config import TargetConfig
-from .errors import ConfigError, StateError
+from .errors import ConfigError, ContextLimitError, StateError
 from .gemm import Linear, get_backend
 from .gemm.base import GemmBackend
+from .moe_mlp import MoeMLP
 from .ops.attention import attend_row
 from .ops.attention_fast import attention_rows
 from .ops.gated_delta import gdn_token
@@ -227,7 +229,7 @@ class DenseMLP:
         self.down = lin(p + "down_proj.weight")
         self.compiled = compiled
 
-    def __call__(self, h):
+    def __call__(self, h, n: int = 0):  # n (the real rows) matters to the sparse block only
         y = self.gate_up(h)  # [R, 2 * I]
         if self.compiled:
             g = np.empty((y.shape[0], y.shape[1] // 2), F32)
@@ -240,13 +242,16 @@ class DenseMLP:
 class DecoderLayer:
     """Pre-norm block with two residuals: x + mixer(norm(x)), then + mlp(norm(.))."""
 
-    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused, compiled: bool):
+    def __init__(self, cfg: TargetConfig, w: dict, i: int, lin, fused, compiled: bool, row_set: int, row_invariant: bool):
         p = f"model.layers.{i}."
         self.kind = cfg.layer_types[i]
         mixer = GatedDeltaNet if self.kind == "linear_attention" else GatedAttention
         sub = "linear_attn." if self.kind == "linear_attention" else "self_attn."
         self.mixer = mixer(cfg, w, p + sub, lin, fused, compiled)
-        self.mlp = DenseMLP(p + "mlp.", lin, fused, compiled)
+        if cfg.is_sparse(i):
+            self.mlp = MoeMLP(cfg.moe, p + "mlp.", lin, lambda q: DenseMLP(q, lin, fused, compiled), row_set, row_invariant)
+        else:
+            self.mlp = DenseMLP(p + "mlp.", lin, fused, compiled)
         self.in_norm = np.ascontiguousarray(w[p + "input_layernorm.weight"], dtype=F32)
         self.post_norm = np.ascontiguousarray(w[p + "post_attention_layernorm.weight"], dtype=F32)
         self.eps = cfg.rms_norm_eps
@@ -254,7 +259,7 @@ class DecoderLayer:
 
     def __call__(self, x, n, st, pos, layer, rec):
         x = x + self.mixer(self.norm(x, self.in_norm, self.eps), n, st, pos, layer, rec)
-        return x + self.mlp(self.norm(x, self.post_norm, self.eps))
+        return x + self.mlp(self.norm(x, self.post_norm, self.eps), n)
 
 
 def _compiled_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -290,7 +295,8 @@ class Target:
         self._norm = _compiled_norm if compiled else rms_norm_zc
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
         self.lm_head = Linear.from_weight(weights[head], self.backend, row_set, "lm_head.weight")
-        self.layers = [DecoderLayer(config, weights, i, lin, fused, compiled) for i in range(config.num_hidden_layers)]
+        self.layers = [DecoderLayer(config, weights, i, lin, fused, compiled, row_set, self.row_invariant)
+                       for i in range(config.num_hidden_layers)]
 
     def final_norm(self, x: np.ndarray) -> np.ndarray:
         return self._norm(x, self.norm_weight, self.config.rms_norm_eps)
@@ -301,7 +307,7 @@ class Target:
     def forward(self, tokens: Sequence[int], state: TargetState) -> Output:
         """Run T >= 1 tokens (a prefill or a plain step) and advance ``state`` by T."""
         self._check_free(state, "forward")
-        return self._run(self._tokens(tokens), state, None)
+        return self._run(self._tokens(tokens, state), state, None)
 
     def verify(self, tokens: Sequence[int], state: TargetState, *, checkpoints: bool = False, logits: bool = True) -> Output:
         """The batched verify of ``[last, d1..dk]`` in one pass; records what ``commit`` needs.
@@ -312,7 +318,7 @@ class Target:
         needs only the rows up to its first rejection computes them with :meth:`logits` - the same bits.
         """
         self._check_free(state, "verify")
-        toks = self._tokens(tokens)
+        toks = self._tokens(tokens, state)
         gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
         snapshot = {i: state.layers[i].copy() for i in gdn}
         rec = _Recorder(checkpoints)
@@ -331,13 +337,18 @@ class Target:
         """Keep the first ``accepted_rows`` rows of the last verify (see ``commit.py``)."""
         commit_verify(self, state, accepted_rows, path=path, replay_check=replay_check)
 
-    def _tokens(self, tokens) -> np.ndarray:
+    def _tokens(self, tokens, state: TargetState) -> np.ndarray:
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if toks.size == 0:
-            raise ValueError("tokens is empty; forward/verify need at least one token")
+            raise ConfigError("tokens is empty; forward/verify need at least one token")
         bad = toks[(toks < 0) | (toks >= self.config.vocab_size)]
         if bad.size:
-            raise ValueError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
+            raise ConfigError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size}); give ids "
+                              f"the model's tokenizer makes")
+        limit = self.config.max_position_embeddings
+        if state.pos + toks.size > limit:
+            raise ContextLimitError(f"{toks.size} token(s) at position {state.pos} would pass the model's "
+                                    f"max_position_embeddings={limit}; start a new state or give a shorter input")
         return toks
 
     @staticmethod

@@ -11,6 +11,7 @@ import numpy as np
 from .config import TargetConfig
 from .config_check import first_few
 from .errors import WeightError
+from .moe_weights import moe_shapes, unfuse_experts
 from .safetensors_io import FLOAT_DTYPES, file_dtype
 
 IGNORED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
@@ -28,9 +29,12 @@ def file_shapes(cfg: TargetConfig) -> dict[str, tuple[int, ...]]:
         p = f"model.layers.{i}."
         s[p + "input_layernorm.weight"] = (D,)
         s[p + "post_attention_layernorm.weight"] = (D,)
-        s[p + "mlp.gate_proj.weight"] = (I, D)
-        s[p + "mlp.up_proj.weight"] = (I, D)
-        s[p + "mlp.down_proj.weight"] = (D, I)
+        if cfg.is_sparse(i):
+            s.update(moe_shapes(cfg, p + "mlp."))
+        else:
+            s[p + "mlp.gate_proj.weight"] = (I, D)
+            s[p + "mlp.up_proj.weight"] = (I, D)
+            s[p + "mlp.down_proj.weight"] = (D, I)
         if kind == "linear_attention":
             a = p + "linear_attn."
             if cfg.layout == "grouped":
@@ -76,7 +80,7 @@ def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) ->
     want = file_shapes(cfg)
     if cfg.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # tied: the embedding is the head, whatever the file says
-    problems = []
+    problems = unfuse_experts(tensors, cfg)  # fused 3-D experts -> per-expert names
     missing = sorted(set(want) - set(tensors))
     unknown = sorted(set(tensors) - set(want))
     if missing:

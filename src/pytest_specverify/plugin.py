@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from .protocol import own_draft_k
-from .session import Settings, k_list
+from .session import Settings, bounded, k_list
 
 SETTINGS = pytest.StashKey[Settings]()
 
@@ -27,11 +27,12 @@ def pytest_addoption(parser):
         help="port to verify (entry-point group 'specverify.ports'). Default: %(default)r")
     add("--specverify-backend", metavar="NAME", default=None,
         help="GEMM backend the port is built with (None: the port's default). Default: %(default)r")
-    add("--specverify-row-set", metavar="N", type=int, default=None,
+    add("--specverify-row-set", metavar="N", type=bounded("--specverify-row-set", 1, 64), default=None,
         help="row set (GEMM rows per call) the port is built with (None: the port's default). Default: %(default)r")
     add("--specverify-prompts", metavar="SET", default="default", choices=("default", "code", "prose", "random", "all"),
         help="prompt set: default, code, prose, random or all. Default: %(default)r")
-    add("--specverify-num-prompts", metavar="N", type=int, default=10,
+    add("--specverify-num-prompts", metavar="N",
+        type=bounded("--specverify-num-prompts", 1, 1000, " (0 would leave greedy identity with no prompt to check)"), default=10,
         help="number of prompts in the greedy-identity matrix. Default: %(default)r")
     add("--specverify-k", metavar="K,K,...", type=k_list, default=Settings.k_values,
         help="draft counts k for the commit checks (the loop checks use the largest; those that run the "
@@ -40,9 +41,10 @@ def pytest_addoption(parser):
         help="tolerance profile (exact, fp32, fp16, npu; None: the port's declared one). Default: %(default)r")
     add("--specverify-seed", metavar="INT", type=int, default=0,
         help="base seed; each test uses seed + crc32(nodeid). Default: %(default)r")
-    add("--specverify-samples", metavar="N", type=int, default=800,
+    add("--specverify-samples", metavar="N",
+        type=bounded("--specverify-samples", 100, 1_000_000, " (fewer runs cannot resolve a distribution)"), default=800,
         help="seeded runs in the sampling-distribution check. Default: %(default)r")
-    add("--specverify-context", metavar="N", type=int, default=Settings.context,
+    add("--specverify-context", metavar="N", type=bounded("--specverify-context", 1, 1 << 16), default=Settings.context,
         help="tokens the long-context check fills the context with (at most the port's max_context). "
              "Default: %(default)r")
     add("--specverify-require-device", action="store_true", default=False,

@@ -1,10 +1,13 @@
 """The run's specverify settings, read once from the command line (no pytest import)."""
 from __future__ import annotations
 
+import argparse
 import zlib
 from dataclasses import dataclass, field
 
 from .device import DeviceStatus
+
+MAX_K = 63  # a verify of at most 64 rows: past DFlash's block of 16, and far past any draft's
 
 
 def k_list(text: str) -> tuple[int, ...]:
@@ -12,10 +15,29 @@ def k_list(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(x) for x in str(text).split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"--specverify-k wants comma-separated integers like 0,1,3, got {text!r}") from None
-    if not ks or any(k < 0 for k in ks):
-        raise ValueError(f"--specverify-k wants non-negative integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--specverify-k wants comma-separated integers like 0,1,3, got {text!r}") from None
+    if not ks or any(not 0 <= k <= MAX_K for k in ks):
+        raise argparse.ArgumentTypeError(f"--specverify-k wants integers 0..{MAX_K} (a verify of at most {MAX_K + 1} rows), "
+                                         f"got {text!r}")
+    if len(ks) > 16:
+        raise argparse.ArgumentTypeError(f"--specverify-k lists {len(ks)} values; give at most 16")
     return ks
+
+
+def bounded(option: str, lo: int, hi: int, why: str = ""):
+    """argparse type: an integer in lo..hi, refused with the option's name and the range otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} wants an integer, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{option}={v} is out of range: it must be {lo}..{hi}{why}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
 
 
 @dataclass

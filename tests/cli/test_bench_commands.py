@@ -63,3 +63,47 @@ def test_compare_bad_files(run, result, tmp_path):
 def test_bench_k_out_of_range(run, pair):
     code, _, err = run("bench", "--model", pair[0], "--draft", pair[1], "--k", 9)
     assert code == 2 and "k=9 is out of range" in err
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_bench_without_room_for_a_speculative_round_is_refused(run, pair, n, tmp_path):
+    """1 token: plain decoding has no decode step (was a ZeroDivisionError); 2 tokens: the loop runs 0
+    rounds and used to print a speedup of plain decoding against itself."""
+    code, out, err = run("bench", "--model", pair[0], "--draft", pair[1], "--prompt-ids", "1 2 3", "--k", 2,
+                         "--max-new-tokens", n, "--repeats", 1, "--out", tmp_path / "r.json")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"--max-new-tokens {n} leaves no room for a speculative round at k=2" in err
+    assert "give --max-new-tokens 3 or more" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_bench_smallest_room_runs_rounds_and_reports_a_ratio(run_json, pair):
+    doc = run_json("bench", "--model", pair[0], "--draft", pair[1], "--prompt-ids", "1 2 3", "--k", 2,
+                   "--max-new-tokens", 3, "--repeats", 1)
+    r = doc["results"]
+    assert r["speculative_rounds"] == 1 and r["ratio_vs_plain"] > 0 and r["predicted_speedup"] > 0
+
+
+def test_bench_records_the_host_and_prompt_set(result):
+    from onebit_engine.provenance import prompt_set_hash
+
+    doc = json.loads(result.read_text())
+    p, host = doc["provenance"], doc["provenance"]["host"]
+    for key in ("cpu", "cpu_flags", "logical_cpus", "physical_cores", "usable_cpus", "python", "numpy", "blas"):
+        assert key in host, key
+    assert p["prompt_set_hash"] == prompt_set_hash([[1, 2, 3]]) and p["threads"] == 1
+    assert p["draft_ops"] in ("numpy", "numba") and "draft_kernel_hash" in p
+    assert host["blas"] is None or "runtime" in host["blas"]
+
+
+def test_bench_nulls_instead_of_nan():
+    """A ratio over a zero rate is None with its reason (was NaN or a ZeroDivisionError)."""
+    from onebit_engine import bench
+
+    reasons = {}
+    assert bench._ratio(1.0, 0.0, "ratio_vs_plain", "plain ran at 0 tokens/s", reasons) is None
+    assert bench._ratio(None, 2.0, "x", "no figure", reasons) is None
+    assert bench._ratio(1.0, 4.0, "y", "-", reasons) == 0.25
+    assert reasons == {"ratio_vs_plain": "plain ran at 0 tokens/s", "x": "no figure"}
+    assert bench._median([1.0, None, 3.0]) is None and bench._median([1.0, float("nan")]) is None
+    assert bench._median([3.0, 1.0, 2.0]) == 2.0

@@ -123,3 +123,46 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
         atomic_write_with(target, broken)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["stage.st"]
+
+
+@pytest.mark.parametrize("cost", ["0", "0.0", "inf", "1e400"])
+def test_round_cost_must_be_positive_and_finite(run, stages, cost):
+    code, out, err = run("probe", "score", "--capture", stages[0], "--drafts", stages[1], "--round-cost", cost)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--round-cost" in err and "must be a finite number > 0" in err and "give e.g. --round-cost 2.5" in err
+
+
+@pytest.mark.parametrize("cost", [0, -1.0, float("nan"), float("inf")])
+def test_score_api_refuses_bad_round_costs(stages, cost):
+    cap, ds = probe.load_capture(stages[0]), probe.load_draft_stage(stages[1])
+    from onebit_engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="must be a finite number > 0"):
+        probe.score(cap, ds, [1], round_cost=cost)
+
+
+def test_capture_too_short_to_probe(run, pair, tmp_path):
+    code, out, err = run("probe", "capture", "--model", pair[0], "--draft", pair[1], "--prompt-ids", "1 2",
+                         "--max-new-tokens", 1, "--out", tmp_path / "c.st")
+    assert code == 2 and "--max-new-tokens 1 is too short to probe" in err and "give --max-new-tokens 2" in err
+    assert not (tmp_path / "c.st").exists()
+
+
+def test_k_with_no_anchor_to_score_is_null_with_a_reason(run, run_json, pair, tmp_path):
+    """Two tokens per prompt: one anchor with one token of truth. k=1 is measured; k=2, 3 have no anchor
+    with a full truth - their acceptance is null with a reason, not 0.0 (and never NaN)."""
+    m = ["--model", pair[0], "--draft", pair[1]]
+    assert run("probe", "capture", *m, "--prompt-ids", "4 5", "--max-new-tokens", 2, "--out", tmp_path / "c.st")[0] == 0
+    assert run("probe", "draft", *m, "--capture", tmp_path / "c.st", "--out", tmp_path / "d.st")[0] == 0
+    s = run_json("probe", "score", "--capture", tmp_path / "c.st", "--drafts", tmp_path / "d.st", "--round-cost", 1.5)
+    k1, k2, k3 = s["k"]
+    assert k1["anchors"] == 1 and k1["per_token_acceptance"] is not None and "null_reasons" not in k1
+    for row in (k2, k3):
+        assert row["anchors"] == 0
+        assert row["per_token_acceptance"] is None and row["tokens_per_round"] is None
+        assert row["expected_tokens_geometric"] is None
+        assert "capture more tokens" in row["null_reasons"]["per_token_acceptance"]
+        assert row["tokens_per_round_loop"] >= 1.0
+    assert s["acceptance_by_position"][1] is None and "acceptance_by_position[1]" in s["null_reasons"]
+    code, out, err = run("probe", "score", "--capture", tmp_path / "c.st", "--drafts", tmp_path / "d.st")
+    assert code == 0 and "nan" not in out.lower()

@@ -7,6 +7,9 @@ line ``onebit: error: ...`` on stderr and exit code 2, never a traceback. See ``
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import os
 import sys
 
 from ..errors import OnebitError
@@ -16,28 +19,54 @@ COMMIT_PATHS = ("keep", "replay", "checkpoint")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse's own code), with the way out
-        print(f"onebit: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        raise SystemExit(2)
+        line = f"{message} (see `{self.prog} --help`)"
+        print(f"onebit: error: {line}", file=sys.stderr)
+        e = SystemExit(2)
+        e.message = line  # for the --json error object
+        raise e
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
-    return v
+def _int_in(lo: int, hi: int, why: str = ""):
+    """argparse type: an integer in lo..hi (a bound on every count, so no option can ask for unbounded work)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range: it must be {lo}..{hi}{why}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
 
 
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"{v} must be >= 0")
-    return v
+_positive = _int_in(1, 1 << 20)
+# A GEMM call of more rows than the largest verify (block size <= 64) only pads; 64 is host-int's pool cap.
+MAX_ROW_SET, MAX_THREADS = 64, 64
+_row_set = _int_in(1, MAX_ROW_SET, " (rows per GEMM call; a verify has at most the draft's block size of rows)")
+_threads = _int_in(1, MAX_THREADS, " (the host-int kernel's thread cap)")
+_repeats = _int_in(1, 1000)
+_seed = _int_in(0, 2**63 - 1, " (numpy seeds are non-negative)")
+
+
+def _float_in(lo: float, *, strict: bool):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(v) or v < lo or (strict and v == lo):
+            raise argparse.ArgumentTypeError(f"{v} must be a finite number {'>' if strict else '>='} {lo:g}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+_nonneg_float = _float_in(0.0, strict=False)
+_positive_float = _float_in(0.0, strict=True)
 
 
 def _model_args(p, *, draft: bool = True) -> None:
@@ -50,9 +79,9 @@ def _model_args(p, *, draft: bool = True) -> None:
     g.add_argument("--target-backend", metavar="NAME", help="the target's backend, overriding --backend")
     if draft:
         g.add_argument("--draft-backend", metavar="NAME", help="the draft's backend, overriding --backend")
-    g.add_argument("--row-set", type=_positive, metavar="N", help="rows per GEMM call. Default: 16 on a backend whose rows "
+    g.add_argument("--row-set", type=_row_set, metavar="N", help="rows per GEMM call. Default: 16 on a backend whose rows "
                    "never depend on the row count (host-int: no padding), else 8")
-    g.add_argument("--threads", type=_positive, metavar="N", help="threads for the host-int kernel and for BLAS (numpy). "
+    g.add_argument("--threads", type=_threads, metavar="N", help="threads for the host-int kernel and for BLAS (numpy). "
                    "Default: loop - the faster of 1 and 2, measured; the other commands - 1")
     if not draft:
         p.set_defaults(draft=None, draft_backend=None)
@@ -83,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prompt_args(g)
     g.add_argument("--max-new-tokens", type=_positive, default=32, metavar="N", help="Default: %(default)r")
     g.add_argument("--temperature", type=_nonneg_float, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed. Default: %(default)r")
+    g.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)r")
     g.add_argument("--json", action="store_true", help="one JSON object on stdout")
     g.set_defaults(func="decode:cmd_generate")
 
@@ -93,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     _spec_args(lp)
     lp.add_argument("--max-new-tokens", type=_positive, default=128, metavar="N", help="Default: %(default)r")
     lp.add_argument("--temperature", type=_nonneg_float, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
-    lp.add_argument("--seed", type=int, default=0, help="sampling seed. Default: %(default)r")
+    lp.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)r")
     lp.add_argument("--fallback", choices=("none", "break-even"), default="none",
                     help="finish with plain steps once 3 rounds in a row lost to plain decoding. Default: %(default)r")
     lp.add_argument("--replay-check", action="store_true", help="check every commit against the replayed state")
@@ -122,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--capture", required=True, metavar="FILE")
     s.add_argument("--drafts", required=True, metavar="FILE", help="draft stage file")
     s.add_argument("--k", type=_positive, nargs="+", metavar="K", help="k values to score. Default: 1..block-1")
-    s.add_argument("--round-cost", type=_nonneg_float, metavar="STEPS",
+    s.add_argument("--round-cost", type=_positive_float, metavar="STEPS",
                    help="a round's cost in plain steps, for the predicted speedup and break-even acceptance")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func="probe:cmd_score")
@@ -132,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prompt_args(b, many=True)
     _spec_args(b)
     b.add_argument("--max-new-tokens", type=_positive, default=32, metavar="N", help="Default: %(default)r")
-    b.add_argument("--repeats", type=_positive, default=3, metavar="N", help="Default: %(default)r")
+    b.add_argument("--repeats", type=_repeats, default=3, metavar="N", help="Default: %(default)r")
     b.add_argument("--out", metavar="FILE", help="also write the JSON result here (atomically)")
     b.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="compare two results instead of measuring")
     b.add_argument("--allow-mismatch", action="store_true", help="with --compare: print runs of different provenance, labelled")
@@ -154,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(func: str, args) -> int:
-    import contextlib
     import importlib
 
     module, name = func.split(":")
@@ -173,22 +201,69 @@ def _run(func: str, args) -> int:
         return fn(args)
 
 
+# Optional packages the CLI can run without until a command needs them: the extra that brings each.
+OPTIONAL_EXTRAS = {"tokenizers": "cli", "rich": "cli", "threadpoolctl": "cli", "numba": "fast", "ziglang": "fast",
+                   "llvmlite": "fast", "safetensors": "", "torch": "oracle", "transformers": "oracle",
+                   "matplotlib": "bench", "scipy": "test"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 done, 1 a loop --check found a difference, 2 bad input (one line on stderr; with
+    --json also one JSON object on stdout), 130 interrupted, 141 stdout closed early (``| head``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, already printed as one line)
-        return int(e.code or 0)
-    args.argv = argv
-    try:
-        return _run(args.func, args)
-    except (OnebitError, ValueError, OSError) as e:
-        msg = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
-        print(f"onebit: error: {msg}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("onebit: interrupted", file=sys.stderr)
-        return 130
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as e:  # --help (0) or a usage error (2, already printed as one line)
+            if e.code and as_json:
+                _json_error(argv, getattr(e, "message", "usage error"))
+            return int(e.code or 0)
+        args.argv = argv
+        try:
+            from .outputs import check_output
+
+            check_output(args, builtin_inputs=_builtin_inputs(args))
+            return _run(args.func, args)
+        except OnebitError as e:  # every refusal: raised by the check that knows the rule
+            return _refuse(argv, " ".join(line.strip() for line in str(e).splitlines() if line.strip()), as_json)
+        except ModuleNotFoundError as e:
+            extra = OPTIONAL_EXTRAS.get((e.name or "").split(".")[0])
+            if extra is None:
+                raise
+            how = f"pip install 'onebit-specverify[{extra}]'" if extra else f"pip install {e.name}"
+            return _refuse(argv, f"this command needs the optional package {e.name!r}, which is not installed; {how}", as_json)
+        except KeyboardInterrupt:
+            print("onebit: interrupted", file=sys.stderr)
+            return 130
+    except BrokenPipeError:  # the reader went away (`onebit inspect ... | head`): stop quietly, like cat
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush cannot fail again
+        return 141
+
+
+def _builtin_inputs(args) -> list:
+    """The built-in pair's folders, when a command that writes --out reads them (no --model)."""
+    if not getattr(args, "out", None) or getattr(args, "model", None) or args.command not in ("probe", "quantize", "bench"):
+        return []
+    from .models import builtin_paths
+
+    return list(builtin_paths()[:2])
+
+
+def _refuse(argv: list[str], msg: str, as_json: bool) -> int:
+    print(f"onebit: error: {msg}", file=sys.stderr)
+    if as_json:
+        _json_error(argv, msg)
+    return 2
+
+
+def _json_error(argv: list[str], msg: str) -> None:
+    import json
+
+    cmd = next((a for a in argv if not a.startswith("-")), None)
+    print(json.dumps({"command": cmd, "error": msg, "exit_code": 2}, allow_nan=False))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import bench
 from ..atomic import atomic_write_text
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError
 from . import models, ui
 
 
@@ -17,9 +17,11 @@ def cmd_bench(args) -> int:
     loaded = models.load(args, need_draft=True)
     one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
     k = models.check_k(args.k, loaded.draft, loaded.default_k)
+    bench.check_room(args.max_new_tokens, k)
     prompts = models.prompt_set(args, loaded)
     prov = loaded.provenance(mode="bench")
     prov["plain_1row_row_set"] = one_row.row_set
+    prov["threads"] = args.threads or 1  # BLAS and host-int threads (cli/__init__.py: default 1)
     from ..provenance import machine
 
     prov["host"] = machine()
@@ -28,22 +30,30 @@ def cmd_bench(args) -> int:
                               max_new_tokens=args.max_new_tokens, repeats=args.repeats, provenance=prov, progress=bar)
     doc["command"] = "onebit " + " ".join(args.argv)
     if args.out:
-        atomic_write_text(args.out, ui.dumps(doc))
+        try:
+            atomic_write_text(args.out, ui.dumps(doc))
+        except OutputError as e:  # the measurement is not lost: it goes to stdout, the error to stderr
+            return _unwritten(doc, e, args)
     if args.json:
         ui.print_json(doc)
         return 0
     r = doc["results"]
     t = r["tokens_per_s"]
+    f = ui.fmt
+    one_row_ratio = t["plain_1row"] / t["plain"] if t["plain"] and t["plain_1row"] is not None else None
     print(ui.table(["mode", "tok/s (median)", "vs plain"], [
         (f"plain, row set {loaded.target.row_set}", t["plain"], 1.0),
-        ("plain, row set 1", t["plain_1row"], t["plain_1row"] / t["plain"]),
+        ("plain, row set 1", t["plain_1row"], one_row_ratio),
         (f"speculative, k={k}, {args.commit_path}", t["speculative"], r["ratio_vs_plain"]),
     ]))
-    print(f"\nratio speculative / plain (same row set): {r['ratio_vs_plain']:.3f}   "
-          f"speculative / plain at 1 row: {r['ratio_vs_plain_1row']:.3f}")
-    print(f"acceptance {r['acceptance']:.3f}, {r['tokens_per_round']:.2f} tokens/round; a round costs {r['round_cost_steps']:.2f} "
-          f"plain steps (draft {r['draft_ms']:.2f} + verify {r['verify_ms']:.2f} + commit {r['commit_ms']:.2f} ms); "
-          f"predicted speedup from acceptance and costs {r['predicted_speedup']:.3f}")
+    print(f"\nratio speculative / plain (same row set): {f(r['ratio_vs_plain'], 3)}   "
+          f"speculative / plain at 1 row: {f(r['ratio_vs_plain_1row'], 3)}")
+    print(f"acceptance {f(r['acceptance'], 3)}, {f(r['tokens_per_round'])} tokens/round over {r['speculative_rounds']} "
+          f"rounds; a round costs {f(r['round_cost_steps'])} plain steps (draft {f(r['draft_ms'])} + verify "
+          f"{f(r['verify_ms'])} + commit {f(r['commit_ms'])} ms); predicted speedup from acceptance and costs "
+          f"{f(r['predicted_speedup'], 3)}")
+    for key, why in r.get("null_reasons", {}).items():
+        print(f"not measured: {key} ({why})")
     same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy at {r['first_difference']}"
     print(f"output: {same}; {len(prompts)} prompts x {args.repeats} repeats x {args.max_new_tokens} tokens  "
           f"[{loaded.source}; {prov['backend']} ({prov['kernel_set']}), git {prov['git_revision']}]")
@@ -52,14 +62,35 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _unwritten(doc: dict, err: OutputError, args) -> int:
+    msg = f"{err}; the result is printed on stdout instead"
+    if args.json:
+        ui.print_json(dict(doc, error=msg, exit_code=2))
+    else:
+        print(ui.dumps(doc), end="")
+    print(f"onebit: error: {msg}", file=sys.stderr)
+    return 2
+
+
 def _read(path: str) -> dict:
+    """The parsed file; NaN / Infinity are parsed here so that ``bench.check_result`` can name their key."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"benchmark result {path!r} does not exist; write one with `onebit bench --out {path}`")
+        raise ConfigError(f"benchmark result {path!r} does not exist or is not a file; write one with `onebit bench --out {path}`")
     try:
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"benchmark result {path!r} is not valid JSON ({e}); write it again with `onebit bench --out`") from None
+        text = p.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ConfigError(f"benchmark result {path!r} cannot be read ({e.strerror or e}); check its permissions") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"benchmark result {path!r} is not UTF-8 text (byte {e.start}); write it again with "
+                          f"`onebit bench --out {path}`") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"benchmark result {path!r} is not valid JSON ({e}); write it again with `onebit bench --out {path}`") from None
+    except RecursionError:
+        raise ConfigError(f"benchmark result {path!r} nests too deeply to be a result; write it again with "
+                          f"`onebit bench --out {path}`") from None
 
 
 def _compare(args) -> int:

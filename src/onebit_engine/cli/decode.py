@@ -124,8 +124,11 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads) -> tuple[dict, li
     doc = bench.sweep(variants, [prompt], repeats=SPEED_REPEATS,
                       before=lambda n: threads.set(plan.spec_threads if n == "loop" else plan.plain_threads))
     rate = doc["tokens_per_s"]
-    return ({"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
-             "speedup": rate["loop"] / rate["plain"] if rate["plain"] > 0 else None}, doc["tokens"]["plain"][0])
+    speeds = {"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
+              "speedup": rate["loop"] / rate["plain"] if rate["plain"] > 0 else None}
+    if speeds["speedup"] is None:  # strict JSON: null with its reason (docs/cli.md)
+        speeds["null_reasons"] = {"speedup": "plain decoding ran at 0 tokens/s (no token after the first to time)"}
+    return speeds, doc["tokens"]["plain"][0]
 
 
 def _print_loop(res, s, check, prov, loaded, args, plan) -> None:
@@ -155,7 +158,7 @@ def _print_loop(res, s, check, prov, loaded, args, plan) -> None:
             print(f"check: identical to plain greedy decoding of the same build ({check['tokens']} of {check['tokens']} "
                   f"tokens); speed, medians of {check['speed_runs']} interleaved runs each: loop "
                   f"{ui.fmt(check['loop_tokens_per_s'], 1)} tok/s, plain decoding at its fastest ({prov['backend']}, "
-                  f"{plain_at}) {ui.fmt(check['plain_tokens_per_s'], 1)} tok/s: speedup {check['speedup']:.2f}x")
+                  f"{plain_at}) {ui.fmt(check['plain_tokens_per_s'], 1)} tok/s: speedup {ui.fmt(check['speedup'])}x")
         else:
             print(f"check: DIFFERS from plain greedy decoding of the same build: first at token {check['first_difference']} "
                   f"(speculative {check['speculative_token']} vs plain {check['plain_token']})")

@@ -1,7 +1,6 @@
 """``onebit inspect PATH`` (what a checkpoint, quantized file or stage file holds) and ``onebit quantize``."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +40,6 @@ def _quantization(path: Path, meta: dict, tensors: list[dict[str, Any]]) -> dict
     return {"format_version": head["version"], "formats": sorted({w["format"] for w in weights}), "weights": weights}
 
 
-def _stage_header(path: Path, meta: dict) -> dict:
-    try:
-        head = json.loads(meta["onebit.stage"])
-    except ValueError as e:
-        raise CheckpointError(f"{path}: malformed 'onebit.stage' header ({e}); write the stage file again") from None
-    if not isinstance(head, dict) or not isinstance(head.get("payload", {}), dict):
-        raise CheckpointError(f"{path}: malformed 'onebit.stage' header (not an object with a 'payload' object); "
-                              f"write the stage file again")
-    return head
-
-
 def describe(path: "str | Path") -> dict[str, Any]:
     """A JSON-ready description: kind, config summary, quantization, tensors and totals.
 
@@ -82,6 +70,10 @@ def describe(path: "str | Path") -> dict[str, Any]:
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "layer_types",
                 "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
                 "tie_word_embeddings")}
+            if c.moe is not None:  # mixture of experts: experts, top-k, active vs total parameters
+                from ..moe_weights import moe_summary
+
+                cfg["moe"] = moe_summary(c)
         dtypes = sorted({t["dtype"] for t in tensors})
         quant = raw.get("quantization_config") or f"none (float checkpoint, dtypes {', '.join(dtypes)})"
         qfile = p / QUANT_FILE
@@ -97,7 +89,9 @@ def describe(path: "str | Path") -> dict[str, Any]:
             quant = _quantization(p, meta, tensors)
             kind, cfg = "quantized", {"format_version": quant["format_version"]}
         elif "onebit.stage" in meta:
-            head = _stage_header(p, meta)
+            from ..stagefile import read  # the checked read: one line for a corrupt or foreign stage file
+
+            head, _ = read(p, None)
             kind, cfg = f"stage ({head.get('kind')})", {"version": head.get("version"), **head.get("payload", {})}
             quant = None
             cfg["provenance"] = head.get("provenance")
@@ -117,7 +111,14 @@ def cmd_inspect(args) -> int:
     print(f"{d['path']}: {d['kind']}, {len(d['tensors'])} tensors, {d['total_elements']:,} elements, "
           f"{d['total_bytes'] / 2**20:.2f} MiB")
     for k, v in d["config"].items():
-        print(f"  {k}: {v}")
+        if k != "moe":
+            print(f"  {k}: {v}")
+    moe = d["config"].get("moe")
+    if moe:
+        shared = f"shared expert {moe['shared_expert_intermediate_size']}" if moe["shared_expert_intermediate_size"] else "no shared expert"
+        print(f"  moe: {moe['num_experts']} experts of {moe['moe_intermediate_size']}, top-{moe['top_k']}, {shared}, "
+              f"sparse layers {moe['sparse_layers']}; parameters {moe['active_params']:,} active per token of "
+              f"{moe['total_params']:,} total ({moe['active_params'] / moe['total_params']:.1%})")
     q = d["quantization"]
     if isinstance(q, dict) and "weights" in q:
         where = f" in {q['file']}; other tensors float ({', '.join(q['float_dtypes'])})" if "file" in q else ""
@@ -142,31 +143,34 @@ def is_projection(name: str, arr: np.ndarray) -> bool:
 
 def _write_servable_folder(dest: Path, source: Path, tensors: dict, quantized: dict) -> None:
     """A folder ``load_target`` serves: config.json, the other tensors as they were, quantized.safetensors.
-    Written into a temporary sibling folder and renamed, so a failed run leaves nothing half-written."""
-    import os
+    Written into a temporary sibling folder and renamed (``atomic_folder``): a failed run leaves nothing."""
     import shutil
 
     from safetensors.numpy import save_file
 
+    from ..atomic import atomic_folder
     from ..quant import save_quantized
     from ..safetensors_io import QUANT_FILE
 
-    if dest.exists() and any(dest.iterdir()):
-        raise CheckpointError(f"--out {str(dest)!r} exists and is not empty; remove it or give another folder")
-    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_folder(dest) as tmp:
         shutil.copyfile(source / "config.json", tmp / "config.json")
         rest = {n: np.ascontiguousarray(a) for n, a in tensors.items() if n not in quantized}
         save_file(rest, str(tmp / "model.safetensors"))
         save_quantized(tmp / QUANT_FILE, quantized)
-        if dest.exists():
-            dest.rmdir()
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+
+def _check_config(folder: Path, *, servable: bool) -> None:
+    """The folder's config must be one this engine reads (a target's; a draft's too for a weights-only
+    .safetensors output), so a broken checkpoint is refused before any weight is quantized."""
+    from ..config import TargetConfig
+    from ..draft.config import DraftConfig
+    from ..safetensors_io import read_config
+
+    raw = read_config(folder)
+    if servable or not isinstance(raw, dict) or "dflash_config" not in raw:
+        TargetConfig.from_hf(raw)
+    else:
+        DraftConfig.from_hf(raw)
 
 
 def cmd_quantize(args) -> int:
@@ -175,7 +179,10 @@ def cmd_quantize(args) -> int:
     from ..safetensors_io import load_folder_tensors
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
-    tensors = load_folder_tensors(folder)
+    from ..moe_weights import split_fused_experts
+
+    _check_config(folder, servable=not str(args.out).endswith(".safetensors"))
+    tensors = split_fused_experts(load_folder_tensors(folder))  # fused 3-D experts: one projection per expert
     chosen = {n: a for n, a in sorted(tensors.items()) if is_projection(n, a)}
     if not chosen:
         raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize")

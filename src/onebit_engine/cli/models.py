@@ -222,8 +222,17 @@ def prompt(args, loaded: Loaded) -> list[int]:
     if args.prompt is not None:
         return _text(args.prompt, loaded)
     if args.prompt_ids is not None:
-        return parse_ids(args.prompt_ids)
+        return in_vocab(parse_ids(args.prompt_ids), loaded, "--prompt-ids")
     return default_prompts(loaded)[0]
+
+
+def in_vocab(ids: list[int], loaded: Loaded, where: str) -> list[int]:
+    vocab = loaded.target.config.vocab_size
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ConfigError(f"{where}: token id {bad[0]} is outside this model's vocabulary 0..{vocab - 1}"
+                          f"{f' ({len(bad)} ids are)' if len(bad) > 1 else ''}; give ids the model's tokenizer makes")
+    return ids
 
 
 def _text(text: str, loaded: Loaded) -> list[int]:
@@ -240,13 +249,22 @@ def prompt_set(args, loaded: Loaded) -> list[list[int]]:
     """The prompts of probe capture / bench: --prompts FILE, a single prompt flag, or the built-in set."""
     if getattr(args, "prompts", None):
         path = Path(args.prompts)
+        if path.is_dir():
+            raise ConfigError(f"prompt file {str(path)!r} is a folder; give a JSON file holding a list of prompts")
         if not path.is_file():
             raise ConfigError(f"prompt file {str(path)!r} does not exist; give a JSON list of strings or of token-id lists")
         try:
-            items = json.loads(path.read_text())
+            items = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"prompt file {str(path)!r} cannot be read ({e.strerror}); give a readable JSON file") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"prompt file {str(path)!r} is not valid JSON ({e}); give a JSON list") from None
-        out = [_item(x, loaded, str(path)) for x in (items.get("prompts", []) if isinstance(items, dict) else items)]
+        if isinstance(items, dict):
+            items = items.get("prompts")
+        if not isinstance(items, list):
+            raise ConfigError(f"prompt file {str(path)!r} holds {type(items).__name__}, not a list of prompts; give a JSON "
+                              f"list of strings or token-id lists (or an object with such a list under 'prompts')")
+        out = [_item(x, loaded, f"prompt file {str(path)!r}, prompt {i}") for i, x in enumerate(items)]
         if not out:
             raise ConfigError(f"prompt file {str(path)!r} holds no prompts")
         return out
@@ -260,9 +278,9 @@ def _item(x, loaded: Loaded, where: str) -> list[int]:
         x = x.get("ids", x.get("text", x.get("prompt")))
     if isinstance(x, str):
         return _text(x, loaded)
-    if isinstance(x, list) and x and all(isinstance(t, int) for t in x):
-        return x
-    raise ConfigError(f"{where}: prompt {x!r} is neither a string nor a list of token ids")
+    if isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
+        return in_vocab(x, loaded, where)
+    raise ConfigError(f"{where}: {str(x)[:60]!r} is neither a string nor a non-empty list of token ids")
 
 
 def default_prompts(loaded: Loaded) -> list[list[int]]:

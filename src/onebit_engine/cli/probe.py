@@ -6,6 +6,7 @@ from . import models, ui
 
 
 def cmd_capture(args) -> int:
+    probe.check_capture_length(args.max_new_tokens)
     loaded = models.load(args, need_draft=True)
     prompts = models.prompt_set(args, loaded)
     prov = loaded.provenance(stage="capture")
@@ -28,6 +29,7 @@ def cmd_draft(args) -> int:
     cap = probe.load_capture(args.capture)
     prov = loaded.provenance(stage="draft")
     probe.check_provenance(args.capture, cap.provenance, prov, "the model and draft given here")
+    probe.check_capture_fits(args.capture, cap, loaded.target)
     anchors = sum(len(t) - 1 for t in cap.tokens)
     with ui.Bar(anchors, "draft", ui.progress_enabled(args)) as bar:
         ds = probe.draft_offline(loaded.draft, cap, provenance=prov, progress=bar)
@@ -42,6 +44,7 @@ def cmd_draft(args) -> int:
 
 
 def cmd_score(args) -> int:
+    probe.check_round_cost(args.round_cost)
     cap = probe.load_capture(args.capture)
     ds = probe.load_draft_stage(args.drafts)
     res = probe.score(cap, ds, args.k, round_cost=args.round_cost)

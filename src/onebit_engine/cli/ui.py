@@ -2,6 +2,11 @@
 
 Progress bars are drawn with rich (or tqdm) on stderr, and only when stderr is a terminal and the
 output is not ``--json``: a pipe or a test never sees one.
+
+JSON is strict (``allow_nan=False``): a figure that was not measured is ``null`` with its reason in
+``null_reasons`` of the object holding it. The commands put None and a reason where they know why;
+``strict`` turns any NaN / Infinity left over into null with a generic reason, so no command can print
+a constant that ``JSON.parse`` or ``json.loads(..., parse_constant=...)`` rejects.
 """
 from __future__ import annotations
 
@@ -61,8 +66,8 @@ def fmt(v: Any, digits: int = 2) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
+        if not math.isfinite(v):
+            return "-"
         return f"{v:.{digits}f}"
     return str(v)
 
@@ -80,11 +85,44 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 2
 
 
 def print_json(obj: Any) -> None:
-    print(json.dumps(obj, default=_jsonable, sort_keys=False))
+    print(json.dumps(strict(obj), default=str, sort_keys=False, allow_nan=False))
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, default=_jsonable, indent=2) + "\n"
+    return json.dumps(strict(obj), default=str, indent=2, allow_nan=False) + "\n"
+
+
+NOT_FINITE = "not a finite number ({value}): nothing was measured for it"
+
+
+def strict(obj: Any) -> Any:
+    """A copy of ``obj`` that strict JSON can hold: numpy values as Python ones, objects as their
+    fields, and each NaN / Infinity as None with ``null_reasons[key]`` set in the dict holding it (a
+    reason already there is kept)."""
+    return _strict(obj, None, "")
+
+
+def _strict(o: Any, reasons: dict | None, key: str) -> Any:
+    if not isinstance(o, (dict, list, tuple, str, int, float, bool, type(None))):
+        o = _jsonable(o)
+    if isinstance(o, float) and not math.isfinite(o):
+        if reasons is not None:
+            reasons.setdefault(key, NOT_FINITE.format(value=o))
+        return None
+    if isinstance(o, dict):
+        found: dict[str, str] = {}
+        out = {k: _strict(v, found, str(k)) for k, v in o.items() if k != "null_reasons"}
+        given = o.get("null_reasons")
+        if isinstance(given, dict):
+            out["null_reasons"] = {**found, **_strict(given, None, "")}
+        elif "null_reasons" in o:
+            out["null_reasons"] = _strict(given, None, "")
+        elif found:
+            out["null_reasons"] = found
+        return out
+    if isinstance(o, (list, tuple)):
+        return [_strict(v, reasons, f"{key}[{i}]") for i, v in enumerate(o)]
+    return o
 
 
 def _jsonable(o: Any) -> Any:
@@ -98,5 +136,5 @@ def _jsonable(o: Any) -> Any:
     except ImportError:
         pass
     if hasattr(o, "__dict__"):
-        return vars(o)
+        return dict(vars(o))
     return str(o)

@@ -1,8 +1,9 @@
 """``onebit_engine`` as a specverify port. The engine is imported only when a port is built.
 
 ``make_port(options)`` builds the battery's default: a seeded tiny random hybrid target (GDN +
-gated attention, vocabulary 32) with a seeded random DFlash draft. ``OnebitPort(target)`` wraps any
-``onebit_engine.Target`` (or a subclass, e.g. a mutant).
+gated attention, vocabulary 32) with a seeded random DFlash draft. ``make_folder_port(folder, options)``
+points it at a checkpoint folder (any model type ``load_target`` reads, MoE ones included).
+``OnebitPort(target)`` wraps any ``onebit_engine.Target`` (or a subclass, e.g. a mutant).
 """
 from __future__ import annotations
 
@@ -120,3 +121,11 @@ def make_port(options: PortOptions) -> OnebitPort:
     target = random_target(tiny_config(**TINY), seed=1000 + options.seed, backend=options.backend or "reference",
                            row_set=options.row_set or 8)
     return OnebitPort(target, draft_seed=options.seed)
+
+
+def make_folder_port(folder, options: PortOptions, *, name: str = "onebit-folder") -> OnebitPort:
+    """The engine on the checkpoint in ``folder`` (config.json + safetensors), with a seeded random draft."""
+    from onebit_engine.target import load_target
+
+    target = load_target(folder, backend=options.backend or "reference", row_set=options.row_set or 8)
+    return OnebitPort(target, name=name, draft_seed=options.seed)

@@ -1,0 +1,31 @@
+"""The checks plain decoding and the speculative loop make of their inputs, in one place."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .errors import ConfigError, ContextLimitError
+
+
+def check_run(target, prompt: Sequence[int], *, max_new_tokens: int, temperature: float, seed=None) -> list[int]:
+    """The prompt as a list of ints, after refusing what no run can do: an empty prompt, a negative
+    length, a negative seed, a temperature that is negative or not finite, and a prompt plus ``max_new_tokens`` past the
+    model's ``max_position_embeddings``."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+        raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ConfigError(f"seed must be None or an integer >= 0 (numpy's rule), got {seed!r}")
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise ConfigError("prompt is empty; give at least one token")
+    limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    # The last token is emitted, never forwarded: a run holds prompt + max_new_tokens - 1 positions.
+    need = len(prompt) + max(max_new_tokens - 1, 0)
+    if limit is not None and need > limit:
+        raise ContextLimitError(
+            f"a prompt of {len(prompt)} tokens plus max_new_tokens={max_new_tokens} needs {need} positions but the model "
+            f"has max_position_embeddings={limit}; shorten the prompt or lower max_new_tokens to at most "
+            f"{max(limit - len(prompt) + 1, 0)}")
+    return prompt

@@ -1,0 +1,63 @@
+"""The sparse MLP block (``Qwen3NextSparseMoeBlock`` / ``Qwen3_5MoeSparseMoeBlock``): router, routed
+SwiGLU experts, and the shared expert scaled by ``sigmoid(shared_expert_gate(x))``.
+
+Batch invariance: the router is one projection over the layer's row set like any other, and routing
+reads each row alone (``ops/moe.route``). An expert runs on the rows routed to it, gathered into row
+sets of the same size the dense MLP uses (``row_set`` rows, zero-padded, or just the real rows on a
+``row_invariant`` backend); a row's GEMM result inside a row set does not depend on its position or on
+the other rows (the fact ``Linear`` rests on), so the expert's output for a row is the bits a call with
+that row alone gives - whichever rows shared the expert. Each row then sums its experts' weighted
+outputs in ascending expert id, an order that depends on the row alone. ``grouped=False`` runs every
+(row, expert) pair in its own row set instead: the same bits, (rows x top_k) expert calls instead of
+one per distinct expert (measured in tests/bench/test_bench_moe.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .moe_config import MoeConfig
+from .ops.moe import route, routed_rows
+from .ops.norm import sigmoid
+
+F32 = np.float32
+
+
+class MoeMLP:
+    """Shapes: h [R, D] (first n rows real, the rest zero padding) -> [R, D]; padding rows give 0."""
+
+    def __init__(self, moe: MoeConfig, p: str, lin, mlp: Callable[[str], Callable], row_set: int, row_invariant: bool):
+        self.moe = moe
+        self.router = lin(p + "gate.weight")  # [E, D]
+        self.experts = [mlp(f"{p}experts.{e}.") for e in range(moe.num_experts)]
+        self.shared = mlp(p + "shared_expert.") if moe.shared_expert_intermediate_size else None
+        self.shared_gate = lin(p + "shared_expert_gate.weight") if self.shared is not None else None  # [1, D]
+        self.row_set, self.row_invariant = row_set, row_invariant
+        self.grouped = True
+        self.trace: list | None = None  # a list: each call appends its distinct routed experts (benchmarks)
+
+    def __call__(self, h: np.ndarray, n: int) -> np.ndarray:
+        experts, weights = route(self.router(h), self.moe.num_experts_per_tok, self.moe.norm_topk_prob)
+        out = np.zeros_like(h)
+        hits = routed_rows(experts, n)
+        if self.trace is not None:
+            self.trace.append(tuple(hits))
+        for e, (rows, ranks) in hits.items():  # ascending expert id: each row's fixed summation order
+            if self.grouped:
+                y = self._expert(e, h[rows])
+            else:
+                y = np.concatenate([self._expert(e, h[r : r + 1]) for r in rows])
+            out[rows] += weights[rows, ranks][:, None] * y
+        if self.shared is not None:
+            out = out + sigmoid(self.shared_gate(h)) * self.shared(h)
+        return out
+
+    def _expert(self, e: int, x: np.ndarray) -> np.ndarray:
+        """Expert ``e`` on rows x [m, D], padded to whole row sets as the dense MLP's input is."""
+        m = x.shape[0]
+        if self.row_invariant:
+            return self.experts[e](x)
+        xp = np.zeros((-(-m // self.row_set) * self.row_set, x.shape[1]), F32)
+        xp[:m] = x
+        return self.experts[e](xp)[:m]
