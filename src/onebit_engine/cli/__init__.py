@@ -51,22 +51,22 @@ _repeats = _int_in(1, 1000)
 _seed = _int_in(0, 2**63 - 1, " (numpy seeds are non-negative)")
 
 
-def _float_in(lo: float, *, strict: bool):
+def _float_in(lo: float, *, strict: bool, hint: str):
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not math.isfinite(v) or v < lo or (strict and v == lo):
-            raise argparse.ArgumentTypeError(f"{v} must be a finite number {'>' if strict else '>='} {lo:g}")
+            raise argparse.ArgumentTypeError(f"{v} must be a finite number {'>' if strict else '>='} {lo:g}; {hint}")
         return v
 
     parse.__name__ = "number"
     return parse
 
 
-_nonneg_float = _float_in(0.0, strict=False)
-_positive_float = _float_in(0.0, strict=True)
+_temperature = _float_in(0.0, strict=False, hint="give e.g. 0 (greedy) or 0.8")
+_round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: give e.g. --round-cost 2.5")
 
 
 def _model_args(p, *, draft: bool = True) -> None:
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(g, draft=False)
     _prompt_args(g)
     g.add_argument("--max-new-tokens", type=_positive, default=32, metavar="N", help="Default: %(default)r")
-    g.add_argument("--temperature", type=_nonneg_float, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
+    g.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
     g.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)r")
     g.add_argument("--json", action="store_true", help="one JSON object on stdout")
     g.set_defaults(func="decode:cmd_generate")
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prompt_args(lp)
     _spec_args(lp)
     lp.add_argument("--max-new-tokens", type=_positive, default=128, metavar="N", help="Default: %(default)r")
-    lp.add_argument("--temperature", type=_nonneg_float, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
+    lp.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
     lp.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)r")
     lp.add_argument("--fallback", choices=("none", "break-even"), default="none",
                     help="finish with plain steps once 3 rounds in a row lost to plain decoding. Default: %(default)r")
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--capture", required=True, metavar="FILE")
     s.add_argument("--drafts", required=True, metavar="FILE", help="draft stage file")
     s.add_argument("--k", type=_positive, nargs="+", metavar="K", help="k values to score. Default: 1..block-1")
-    s.add_argument("--round-cost", type=_positive_float, metavar="STEPS",
+    s.add_argument("--round-cost", type=_round_cost, metavar="STEPS",
                    help="a round's cost in plain steps, for the predicted speedup and break-even acceptance")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func="probe:cmd_score")
