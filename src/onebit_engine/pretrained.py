@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import CheckpointError, ConfigError
+from .jsonfile import read_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BUILTIN_DIR = DATA_DIR / "builtin"
@@ -78,23 +79,12 @@ def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
         raise MissingExtra(f"reading a tokenizer.json needs the 'tokenizers' package, which is not installed: "
                            f"{CLI_EXTRA} (or pip install tokenizers)") from None
     p = Path(path) if path is not None else builtin_paths()[2]
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise CheckpointError(f"{p}: tokenizer.json cannot be read ({e.strerror or e}); give a readable file") from None
-    except UnicodeDecodeError as e:
-        raise CheckpointError(f"{p}: tokenizer.json is not UTF-8 text (byte {e.start}: {e.reason}); copy the "
-                              f"tokenizer.json that came with the model again") from None
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, an integer past 4300 digits, deep nesting
-        raise CheckpointError(f"{p}: tokenizer.json is not valid JSON ({e}); copy the tokenizer.json that came "
-                              f"with the model again") from None
+    raw = read_json(p, "tokenizer.json", redo="copy the tokenizer.json that came with the model again")
     if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
         raise CheckpointError(f"{p}: tokenizer.json is not a tokenizers file (needs a JSON object with a 'model' "
                               f"object); copy the tokenizer.json that came with the model again")
     try:
-        tok = _HFTokenizer.from_str(text)
+        tok = _HFTokenizer.from_file(str(p))
     except Exception as e:  # the library raises a bare Exception for any structure it cannot build
         reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise CheckpointError(f"{p}: the tokenizers library cannot build this tokenizer.json ({reason}); copy the "

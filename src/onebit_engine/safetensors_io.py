@@ -25,6 +25,7 @@ import numpy as np
 
 from .config_check import first_few, show, top_object
 from .errors import CheckpointError
+from .jsonfile import read_json
 
 QUANT_FILE = "quantized.safetensors"  # a servable quantized folder's projections (see quant/io.py)
 INDEX_FILE = "model.safetensors.index.json"
@@ -49,20 +50,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
             raise CheckpointError(f"the JSON object has the key {k!r} twice")
         out[k] = v
     return out
-
-
-def read_json(path: Path, what: str) -> Any:
-    """Parse a JSON file, refusing bytes that are not UTF-8 or not JSON with the file named."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise CheckpointError(f"{path}: {what} cannot be read ({e.strerror or e}); give a readable file") from None
-    except UnicodeDecodeError as e:
-        raise CheckpointError(f"{path}: {what} is not UTF-8 text (byte {e.start}: {e.reason}); the file is corrupt - copy it again") from None
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, an integer past 4300 digits, deep nesting
-        raise CheckpointError(f"{path}: {what} is not valid JSON ({e}); the file is corrupt - copy it again") from None
 
 
 def read_header(path: Path) -> tuple[dict, int, dict]:

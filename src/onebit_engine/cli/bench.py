@@ -1,13 +1,13 @@
 """``onebit bench``: plain vs speculative in one process; ``onebit bench --compare A.json B.json``."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from .. import bench
 from ..atomic import atomic_write_text
 from ..errors import ConfigError, OutputError
+from ..jsonfile import read_json
 from . import models, ui
 
 
@@ -77,20 +77,7 @@ def _read(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"benchmark result {path!r} does not exist or is not a file; write one with `onebit bench --out {path}`")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise ConfigError(f"benchmark result {path!r} cannot be read ({e.strerror or e}); check its permissions") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"benchmark result {path!r} is not UTF-8 text (byte {e.start}); write it again with "
-                          f"`onebit bench --out {path}`") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"benchmark result {path!r} is not valid JSON ({e}); write it again with `onebit bench --out {path}`") from None
-    except RecursionError:
-        raise ConfigError(f"benchmark result {path!r} nests too deeply to be a result; write it again with "
-                          f"`onebit bench --out {path}`") from None
+    return read_json(p, "benchmark result", error=ConfigError, redo=f"write it again with `onebit bench --out {path}`")
 
 
 def _compare(args) -> int:

@@ -8,7 +8,6 @@ built-in model.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..jsonfile import read_json
 
 BUILTIN_KEY = "builtin-random-v1"
 DEFAULT_IDS = [1, 2, 3, 4]
@@ -253,12 +253,8 @@ def prompt_set(args, loaded: Loaded) -> list[list[int]]:
             raise ConfigError(f"prompt file {str(path)!r} is a folder; give a JSON file holding a list of prompts")
         if not path.is_file():
             raise ConfigError(f"prompt file {str(path)!r} does not exist; give a JSON list of strings or of token-id lists")
-        try:
-            items = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ConfigError(f"prompt file {str(path)!r} cannot be read ({e.strerror}); give a readable JSON file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"prompt file {str(path)!r} is not valid JSON ({e}); give a JSON list") from None
+        items = read_json(path, "prompt file", error=ConfigError,
+                          redo="give a JSON list of strings or of token-id lists")
         if isinstance(items, dict):
             items = items.get("prompts")
         if not isinstance(items, list):
