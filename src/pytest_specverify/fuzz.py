@@ -21,7 +21,7 @@ def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, 
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
-    from hypothesis import HealthCheck, seed as hseed, settings, strategies as st
+    from hypothesis import HealthCheck, Phase, seed as hseed, settings, strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, invariant, rule
 
     paths = list(paths or port.commit_paths)
@@ -92,7 +92,8 @@ def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, 
                 raise SpecVerifyFailure(f"after {' ; '.join(self.history[-4:]) or 'the prefill'}: {bad}")
 
     conf = settings(max_examples=max_examples, stateful_step_count=steps, deadline=None, database=None,
-                    report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
+                    report_multiple_bugs=False, suppress_health_check=list(HealthCheck),
+                    phases=[p for p in Phase if p.name != "explain"])  # explain re-runs a failure dozens of times
     test = hseed(seed)(get_state_machine_test(PortMachine, settings=conf))
     try:
         test()

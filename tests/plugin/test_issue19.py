@@ -232,3 +232,31 @@ def test_the_guide_counts_the_battery_right():
     text = (_root() / "docs" / "verify-your-port.md").read_text()
     assert re.search(rf"battery.py`, {len(functions)} test functions, {items} items per port", text), (len(functions), items)
     assert "9 sub-tests at T = 1.0 and 11 at T = 0.7" in text
+
+
+def test_a_loop_that_refuses_k0_with_a_value_error_is_a_visible_skip():
+    class Refuses(TinyRnnPort):
+        def speculative_generate(self, prompt, draft, *, k, **kw):
+            if k < 1:
+                raise ValueError(f"k={k} is out of range: it must be 1..15")
+            return super().speculative_generate(prompt, draft, k=k, **kw)
+
+    with pytest.raises(NotSupported, match=r"its loop refuses k = 0 \(ValueError: k=0 is out of range"):
+        forced_acceptance(Refuses(), IDS, k=0, tol=profile("fp32"))
+
+
+def test_the_batterys_replay_check_on_a_correct_fp32_port_is_a_skip_naming_the_comparison(sv_pytester):
+    sv_pytester.syspathinsert(str(_root()))
+    sv_pytester.makeconftest("""
+import pytest
+from tests.ports.tiny_rnn import TinyRnnPort
+
+@pytest.fixture(scope="session")
+def specverify_port():
+    return TinyRnnPort()
+""")
+    sv_pytester.makepyfile("from pytest_specverify.battery import test_replay_check, test_loop_with_zero_drafts  # noqa: F401\n")
+    result = sv_pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*keep and replay agree within profile 'fp32' (max |diff| k=1 *the port's own "
+                                 "replay check is not supported*"])

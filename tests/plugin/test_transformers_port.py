@@ -74,7 +74,7 @@ def _commit(port):
 
 
 def _sampling(port, temperature=1.0):
-    return sampling_distribution(port, port.encode("ab"), temperature=temperature, tol=port.tolerance)
+    return sampling_distribution(port, port.encode("ab"), samples=100, temperature=temperature, tol=port.tolerance)
 
 
 def test_cropped_cache_without_the_recurrent_state_is_caught(hf):
