@@ -97,10 +97,26 @@ def _run_profile(config):
     return from_table(lines) if lines else None
 
 
+def _port_overrides(config) -> list[str]:
+    """The conftest files already loaded that define a ``specverify_port`` fixture."""
+    import os
+
+    found = []
+    for plugin in config.pluginmanager.get_plugins():
+        name = getattr(plugin, "__name__", "")
+        if name != __name__ and hasattr(plugin, "specverify_port") and getattr(plugin, "__file__", None):
+            found.append(os.path.relpath(plugin.__file__, str(config.rootpath)))
+    return sorted(found)
+
+
 def pytest_report_header(config):
     s = _settings(config)
     dev = ("present: " if s.device.present else "absent: ") + s.device.reason
-    lines = [f"specverify: port={s.port}{f' model={s.model}' if s.model else ''} backend={s.backend or 'port default'} row_set={s.row_set or 'port default'} "
+    port = f"{s.port}{f' model={s.model}' if s.model else ''}"
+    overrides = _port_overrides(config)
+    if overrides:  # a conftest's specverify_port fixture: the option names no port that runs
+        port = f"specverify_port fixture in {', '.join(overrides)} (--specverify-port {s.port} unused)"
+    lines = [f"specverify: port={port} backend={s.backend or 'port default'} row_set={s.row_set or 'port default'} "
              f"seed={s.seed} profile={s.profile or ('ini table' if config.getini('specverify_tolerance') else 'port default')} "
              f"k={','.join(map(str, s.k_values))} prompts={s.prompt_set} ({s.num_prompts})",
              f"specverify device: {dev}" + (" (required)" if s.require_device else "")]

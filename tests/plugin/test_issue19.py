@@ -168,6 +168,7 @@ def test_commit(check_commit_equivalence, specverify_port):
     result = sv_pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
+        "specverify: port=specverify_port fixture in conftest.py (--specverify-port onebit unused) backend=*",
         "specverify: the port comes from the specverify_port fixture in conftest.specverify_port*",
         "specverify port tiny-rnn: profile fp32 (shipped profile): atol=1e-05*",
         "specverify largest measured error: commit_equivalence: measured *logits max |diff|*of the bound*",
