@@ -30,6 +30,14 @@ def test_forced_acceptance_covers_every_accept_count(check_forced_acceptance, sp
             assert all(report.counts[a] > 0 for a in range(k + 1)), (k, path, report.counts)
 
 
+def test_loop_with_zero_drafts(check_forced_acceptance, specverify_port):
+    # k = 0 through the loop itself (the commit checks reach it through verify / commit only); a port whose
+    # loop refuses k < 1 declares min_k = 1 and this is a visible skip
+    for path in specverify_port.commit_paths:
+        report = check_forced_acceptance(specverify_port.encode("def fibonacci(n):"), k=0, commit_path=path)
+        assert report.metrics["tokens"] > 0, report.metrics
+
+
 def test_draft_consistency(check_draft_consistency, specverify_port):
     report = check_draft_consistency(specverify_port.encode("def fibonacci(n):"))
     assert report.metrics["proposals_checked"] >= 2

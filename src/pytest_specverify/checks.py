@@ -5,6 +5,7 @@ No pytest here: the plugin's fixtures hand these out bound to the run's options.
 """
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -12,7 +13,7 @@ from typing import Any, Sequence
 from .compare import (SpecVerifyFailure, first_logit_difference, first_state_difference, first_token_divergence,
                       logit_margin, owned_outputs, token_window)
 from .drafts import AuditedDraft, ForcingDraft, SelfDraft, cycle_script
-from .protocol import NotSupported
+from .protocol import NotSupported, require_loop_k
 from .tolerance import Tolerance
 
 
@@ -25,6 +26,23 @@ class CheckReport:
     counts: Counter = field(default_factory=Counter)
     metrics: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+_PLAIN = weakref.WeakKeyDictionary()  # port -> {(prompt, n): its plain greedy tokens}
+
+
+def plain_greedy(port, prompt: Sequence[int], n: int) -> list[int]:
+    """``port.generate(prompt, n)`` at T = 0, remembered per port for the same prompt and n (forced
+    acceptance asks for the same text once per commit path)."""
+    real = getattr(port, "_port", port)
+    key = (tuple(int(t) for t in prompt), int(n))
+    try:
+        memo = _PLAIN.setdefault(real, {})
+    except TypeError:  # a port that cannot be weakly referenced: no memo
+        return list(port.generate(list(prompt), max_new_tokens=n))
+    if key not in memo:
+        memo[key] = list(port.generate(list(prompt), max_new_tokens=n))
+    return list(memo[key])
 
 
 def _argmax(logits) -> int:
@@ -203,6 +221,7 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
     port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
+    require_loop_k(port, k)
     report = CheckReport("greedy_identity")
     plain = list(plain) if plain is not None else list(port.generate(prompt, max_new_tokens=max_new_tokens))
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
@@ -246,15 +265,22 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
     port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
+    require_loop_k(port, k)
+    if k == 0:
+        return _zero_draft_loop(port, prompt, tol=tol, commit_path=commit_path)
     pattern = list(pattern if pattern is not None else default_pattern(k))
     max_new = 1 + cycles * sum(min(p, k) + 1 for p in pattern)
-    plain = list(port.generate(prompt, max_new_tokens=max_new + k + 1))
+    plain = plain_greedy(port, prompt, max_new + k + 1)
     seq = list(prompt) + plain
     taps = port.prefill(port.new_state(), seq).taps
-    same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b))) if taps is not None else None
-    draft = ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same)
+    same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b), "taps")) if taps is not None else None
+    draft = ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same,
+                         prompt_length=len(prompt))
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=k, commit_path=commit_path)
     report = CheckReport("forced_acceptance", metrics={"acceptance_rate": run.acceptance_rate, "tokens_per_round": run.tokens_per_round})
+    if taps is None:
+        report.notes.append("the port returns no taps (Rows.taps is None): the context rows the loop feeds the draft "
+                            "were not checked, only the anchors and the accept counts")
     i = first_token_divergence(list(run.tokens), plain[:max_new])
     if i is not None:
         seen = ("\n  then the draft saw (a consequence):\n    " + "\n    ".join(draft.problems[:2])) if draft.problems else ""
@@ -288,6 +314,40 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
     return report
 
 
+def _zero_draft_loop(port, prompt, *, tol: Tolerance, commit_path: str | None, max_new: int = 12) -> CheckReport:
+    """The loop at k = 0: every round proposes nothing, verifies ``[last]`` and keeps it, so the output is
+    plain greedy decoding, every recorded round reports 0 of 0, and the draft (if asked at all) gets the
+    right anchor and context rows. A loop that steps the anchor on a fast path and then also verifies
+    and commits it advances its state twice per round: its output leaves plain greedy at once."""
+    __tracebackhide__ = True
+    import numpy as np
+
+    plain = plain_greedy(port, prompt, max_new + 2)
+    seq = list(prompt) + plain
+    taps = port.prefill(port.new_state(), seq).taps
+    same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b), "taps")) if taps is not None else None
+    draft = ForcingDraft(seq, port.vocab_size, cycle_script([0]), reference_taps=taps, same_taps=same,
+                         prompt_length=len(prompt))
+    try:
+        run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=0, commit_path=commit_path)
+    except ValueError as exc:  # a loop that refuses k = 0 outright (e.g. a ConfigError): say so, as min_k would
+        raise NotSupported(f"port {getattr(port, 'name', port)!r}: its loop refuses k = 0 ({type(exc).__name__}: {exc}), "
+                           f"so the loop is not checked at k = 0 (declare min_k = 1 to say so up front)") from exc
+    i = first_token_divergence(list(run.tokens), plain[:max_new])
+    if i is not None:
+        raise SpecVerifyFailure(
+            f"at k = 0 (no drafts: each round verifies [last] and keeps it) the loop's output differs from plain greedy "
+            f"at token {i}, in {_round_of(run, i)}, commit path {commit_path!r}\n{token_window(list(run.tokens), plain[:max_new], i)}"
+            f"\n  (does a zero-draft round advance the state twice, e.g. a fast-path step of the anchor and then a "
+            f"verify + commit of it too?)")
+    _check_bookkeeping(run, 0, "k=0: ")
+    if draft.problems:
+        raise SpecVerifyFailure("at k = 0 the output is right but the loop fed the draft wrong inputs:\n  " + "\n  ".join(draft.problems))
+    report = CheckReport("forced_acceptance", metrics={"rounds": len(run.accepted), "tokens": len(run.tokens)})
+    report.counts.update(Counter(run.accepted))
+    return report
+
+
 def self_draft_accepts_all(port, prompt: Sequence[int], *, k: int, max_new_tokens: int, tol: Tolerance,
                            commit_path: str | None = None) -> CheckReport:
     """Draft == target: at T = 0 every draft is accepted (exact ports) and the output is plain greedy."""
@@ -317,7 +377,7 @@ def draft_consistency(port, prompt: Sequence[int], *, k: int, max_new_tokens: in
     port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
-    same = None if tol.exact else (lambda a, b: tol.close(np.asarray(a), np.asarray(b)))
+    same = None if tol.exact else (lambda a, b: tol.close(np.asarray(a), np.asarray(b), "q"))
     audit = AuditedDraft(port.make_draft(), same_q=same)
     run = port.speculative_generate(prompt, audit, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
     if audit.problems:
@@ -333,19 +393,30 @@ def draft_consistency(port, prompt: Sequence[int], *, k: int, max_new_tokens: in
 
 
 # -- 3. replay check ------------------------------------------------------------------------------
-def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *, seed: int = 0) -> CheckReport:
-    """On a full accept, the state the batch left ("keep") equals the replayed state bit for bit
-    (max |diff| 0, whatever the profile), and the port's own replay check agrees."""
+REPLAY_CONTRACT = ("'replay' must mean: restore the state from before the verify and run the kept rows again "
+                   "(as single steps, or any pass the port trusts); 'keep': keep what the batched verify left")
+
+
+def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *, tol: Tolerance | None = None,
+                        seed: int = 0) -> CheckReport:
+    """On a full accept, the state the batch left ("keep") equals the replayed state within the port's
+    profile (bit for bit only when the profile is exact: a batched pass of k+1 rows and k+1 single steps
+    differ by rounding in any BLAS), and the port's own replay check (``commit(..., replay_check=True)``)
+    agrees. A port without its own replay check raises ``NotSupported`` from that call: the item is
+    then skipped, saying that keep and replay agreed."""
     __tracebackhide__ = True  # pytest shows the caller's line, not this module's
     port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
     import numpy as np
 
+    from .compare import measuring
+
+    tol = tol or Tolerance("exact", exact=True)
     paths = list(port.commit_paths)
     if "replay" not in paths or "keep" not in paths:
         raise NotSupported(f"port {port.name!r} has commit paths {paths}; the replay check needs 'keep' and 'replay'")
     rng = np.random.default_rng(seed)
     report = CheckReport("replay_check")
-    exact = Tolerance("exact", exact=True)
+    own_unsupported = None
     for k in [k for k in k_values if k >= 1] or [1]:
         rows = None
         states = {}
@@ -356,17 +427,26 @@ def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *,
             port.verify(st, rows, path=path)
             port.commit(st, k + 1, path=path)
             states[path] = port.state_arrays(st)  # already a copy (owned_outputs)
-        bad = first_state_difference(states["keep"], states["replay"], exact)
+        with measuring() as m:
+            bad = first_state_difference(states["keep"], states["replay"], tol)
         if bad:
             raise SpecVerifyFailure(f"full accept of k={k} rows {rows}: the kept batch state differs from the replayed one "
-                                    f"(must be max |diff| 0): {bad}")
+                                    f"beyond profile {tol.name!r} ({tol.describe()}): {bad}\n  ({REPLAY_CONTRACT})")
+        report.metrics[f"max_diff_k{k}"] = max((w[1] for w in m.worst.values()), default=0.0)
+        report.metrics.setdefault("bitwise", True)
+        report.metrics["bitwise"] &= all(np.array_equal(states["keep"][n], states["replay"][n]) for n in states["keep"])
         st = port.new_state()
         port.prefill(st, prompt)
         port.verify(st, rows, path="keep")
         try:
             port.commit(st, k + 1, path="keep", replay_check=True)
+        except NotSupported as exc:  # the documented opt-out: the port has no replay check of its own
+            own_unsupported = str(exc)
         except Exception as exc:  # the port's own replay check (e.g. onebit_engine.StateMismatch)
             raise SpecVerifyFailure(f"full accept of k={k}: the port's own replay check failed: {exc}") from exc
         report.counts[k] += 1
-        report.metrics[f"max_diff_k{k}"] = 0.0
+    if own_unsupported is not None:
+        diffs = ", ".join(f"k={k} {report.metrics[f'max_diff_k{k}']:.2e}" for k in report.counts)
+        raise NotSupported(f"keep and replay agree within profile {tol.name!r} (max |diff| {diffs}); the port's own "
+                           f"replay check is not supported: {own_unsupported}")
     return report

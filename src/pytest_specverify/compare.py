@@ -1,9 +1,55 @@
 """Pure comparisons that produce readable failure text (no pytest): state dicts, token streams."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Mapping, Sequence
 
 from .tolerance import Tolerance
+
+_MEASURE: ContextVar = ContextVar("specverify_measure", default=None)
+
+
+class Measurement:
+    """The largest error every comparison of one check measured, per kind of array (``logits`` or the
+    state array's last name part: ``conv``, ``keys``...), next to its bound: what a pass reports."""
+
+    def __init__(self):
+        self.worst: dict[str, tuple[float, float, str]] = {}  # kind -> (share of the bound, max |diff|, bound)
+
+    def add(self, kind: str, diff: float, share: float, bound: str) -> None:
+        if kind not in self.worst or (share, diff) > self.worst[kind][:2]:
+            self.worst[kind] = (share, diff, bound)
+
+    @property
+    def share(self) -> float:
+        return max((w[0] for w in self.worst.values()), default=0.0)
+
+    def describe(self) -> str:
+        if not self.worst:
+            return "no array compared"
+        parts = [f"{k} max |diff| {d:.2e} ({b}{'' if b == 'bitwise' else f', {s:.0%} of the bound'})"
+                 for k, (s, d, b) in sorted(self.worst.items())]
+        return "measured " + "; ".join(parts)
+
+
+@contextmanager
+def measuring():
+    """Collect what every comparison inside measures (the plugin wraps each check in one)."""
+    m = Measurement()
+    token = _MEASURE.set(m)
+    try:
+        yield m
+    finally:
+        _MEASURE.reset(token)
+
+
+def _record(tol: Tolerance, a, b, kind: str, label: str) -> None:
+    m = _MEASURE.get()
+    if m is None:
+        return
+    diff, share = tol.excess(a, b, kind)
+    m.add(label, diff, share, tol.describe(kind) if not tol.exact else "bitwise")
 
 
 def owned(a):
@@ -71,14 +117,17 @@ def first_state_difference(got: Mapping[str, Any], ref: Mapping[str, Any], tol: 
         if a.shape != b.shape:
             return (f"array {name!r}: shape {a.shape} but the sequential reference has {b.shape}"
                     f"{_row_hint(a.shape, b.shape)}")
-        if tol.close(a, b):
+        if tol.close(a, b, name):
+            _record(tol, a, b, name, str(name).rsplit(".", 1)[-1])
             continue
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         diff = np.abs(a64 - b64)
-        bad = (a != b) if tol.exact else ~np.isclose(a64, b64, atol=tol.atol, rtol=tol.rtol)
+        atol, rtol = tol.bounds(name)
+        bad = (a != b) if tol.exact else ~np.isclose(a64, b64, atol=atol, rtol=rtol)
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
         return (f"array {name!r} first differs at index {idx}: port {a[idx].item()!r} vs reference {b[idx].item()!r} "
-                f"(max |diff| {float(diff.max()):.3e}, {int(bad.sum())} of {a.size} elements outside {tol.describe()})")
+                f"(max |diff| {float(diff.max()):.3e}, {int(bad.sum())} of {a.size} elements outside "
+                f"{tol.describe(name)} of profile {tol.name!r})")
     return None
 
 
@@ -88,10 +137,13 @@ def first_logit_difference(got, want, tol: Tolerance) -> str | None:
     import numpy as np
 
     got, want = np.asarray(got), np.asarray(want)
-    if tol.close(got, want):
+    if tol.close(got, want, "logits"):
+        _record(tol, got, want, "logits", "logits")
         return None
+    if got.shape != want.shape:
+        return f"shape {got.shape} vs {want.shape}"
     i = int(np.argmax(np.abs(got.astype(np.float64) - want)))
-    return f"token {i}: {got[i]!r} vs {want[i]!r}; {tol.describe()}"
+    return f"token {i}: {got[i]!r} vs {want[i]!r}; {tol.describe('logits')} (profile {tol.name!r})"
 
 
 def _row_hint(sa, sb) -> str:

@@ -33,6 +33,11 @@ class ContextState:
     tokens: list[int] = field(default_factory=list)
 
 
+def _count(taps) -> int | None:
+    """Rows in one ``append_context`` call; None when the port has no taps (``Rows.taps is None``)."""
+    return None if taps is None else len(taps)
+
+
 def _one_hot(tokens, vocab: int):
     import numpy as np
 
@@ -56,16 +61,20 @@ class ForcingDraft:
 
     ``sequence``: prompt + the plain greedy continuation (long enough for the last round);
     ``reference_taps``: the target's taps of ``sequence`` rows (from one prefill), or None to skip the
-    context-row check; ``same_taps(a, b)``: the port's tolerance for comparing two tap rows.
+    context-row check; ``same_taps(a, b)``: the port's tolerance for comparing two tap rows;
+    ``prompt_length``: the prompt's length, which a port without taps (``append_context(dstate, None)``)
+    cannot tell the draft (the rows of a later append are then the ones the script made acceptable).
     """
 
     def __init__(self, sequence: Sequence[int], vocab_size: int, script: Script, *, reference_taps=None,
-                 same_taps: Callable[[Any, Any], bool] | None = None):
+                 same_taps: Callable[[Any, Any], bool] | None = None, prompt_length: int | None = None):
         self.sequence = [int(t) for t in sequence]
         self.vocab_size = vocab_size
         self.script = script
         self.reference_taps = reference_taps
         self.same_taps = same_taps
+        self.prompt_length = prompt_length
+        self._round_open = False
         self.rounds = 0
         self.expected: list[int] = []  # accept count each round should have
         self.asked: list[int] = []  # n_draft of each propose call
@@ -75,7 +84,17 @@ class ForcingDraft:
         return ContextState()
 
     def append_context(self, state: ContextState, taps) -> None:
-        n = len(taps)
+        n = _count(taps)
+        if n is None:  # no taps: the prompt, then the rows the script made acceptable, then single plain steps
+            if state.length == 0:
+                if self.prompt_length is None:
+                    raise ValueError("ForcingDraft: the port passes no taps, so the draft needs prompt_length to know its context")
+                n = self.prompt_length
+            else:
+                n = 1 + self.expected[-1] if self._round_open else 1
+            self._round_open = False
+            state.length += n
+            return
         if self.reference_taps is not None and self.same_taps is not None:
             for j in range(n):
                 pos = state.length + j
@@ -106,6 +125,7 @@ class ForcingDraft:
             tokens[keep] = (want[keep] + 1) % self.vocab_size
         self.expected.append(min(keep, n_draft))
         self.asked.append(int(n_draft))
+        self._round_open = True
         self.rounds += 1
         arr = np.asarray(tokens, dtype=np.int64)
         return Proposal(arr, _one_hot(arr, self.vocab_size))
@@ -133,7 +153,9 @@ class SelfDraft:
         return ContextState()
 
     def append_context(self, state: ContextState, taps) -> None:
-        n = len(taps)
+        n = _count(taps)
+        if n is None:  # a port without taps: the prompt first, then the last proposal, taken as fully accepted
+            n = len(self.prompt) if state.length == 0 else (1 + len(self._last[1]) if self._last is not None else 1)
         if state.length == 0:
             if n != len(self.prompt):
                 raise ValueError(f"SelfDraft: the first context has {n} rows but the prompt has {len(self.prompt)} tokens")
@@ -185,7 +207,7 @@ class DistributionDraft:
         return ContextState()
 
     def append_context(self, state: ContextState, taps) -> None:
-        state.length += len(taps)
+        state.length += _count(taps) or 0
 
     def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
         import numpy as np

@@ -25,6 +25,9 @@ def pytest_addoption(parser):
     add = g.addoption
     add("--specverify-port", metavar="NAME", default="onebit",
         help="port to verify (entry-point group 'specverify.ports'). Default: %(default)r")
+    add("--specverify-model", metavar="PATH", default=None,
+        help="checkpoint folder, config.json or preset (tiny-qwen3_5, tiny-qwen3_next) for ports that load a model, "
+             "e.g. --specverify-port transformers (None: the port's default). Default: %(default)r")
     add("--specverify-backend", metavar="NAME", default=None,
         help="GEMM backend the port is built with (None: the port's default). Default: %(default)r")
     add("--specverify-row-set", metavar="N", type=bounded("--specverify-row-set", 1, 64), default=None,
@@ -42,13 +45,18 @@ def pytest_addoption(parser):
     add("--specverify-seed", metavar="INT", type=int, default=0,
         help="base seed; each test uses seed + crc32(nodeid). Default: %(default)r")
     add("--specverify-samples", metavar="N",
-        type=bounded("--specverify-samples", 100, 1_000_000, " (fewer runs cannot resolve a distribution)"), default=800,
-        help="seeded runs in the sampling-distribution check. Default: %(default)r")
+        type=bounded("--specverify-samples", 100, 1_000_000, " (fewer runs cannot resolve a distribution)"), default=None,
+        help="seeded runs the sampling-distribution check starts each part with (it adds up to 3x more until its named "
+             "effects are seen with power 0.99; None: start at 200) and proposals in the draft-sampling check "
+             "(None: 800). Default: %(default)r")
     add("--specverify-context", metavar="N", type=bounded("--specverify-context", 1, 1 << 16), default=Settings.context,
         help="tokens the long-context check fills the context with (at most the port's max_context). "
              "Default: %(default)r")
     add("--specverify-require-device", action="store_true", default=False,
         help="error (instead of skip) when a 'device' test finds no NPU; nox -s device passes it. Default: %(default)r")
+    parser.addini("specverify_tolerance", type="linelist", default=[],
+                  help="a declared tolerance profile, one 'key = value' a line (name, base, atol, rtol, <kind>.atol, "
+                       "<kind>.rtol, tie_margin, kl_max, logprob_max); overrides the port's, not --specverify-profile")
 
 
 def pytest_addhooks(pluginmanager):
@@ -62,7 +70,7 @@ def pytest_configure(config):
         config.addinivalue_line("markers", line)
     opt = config.getoption
     config.stash[SETTINGS] = Settings(
-        port=opt("specverify_port"), backend=opt("specverify_backend"), row_set=opt("specverify_row_set"),
+        port=opt("specverify_port"), model=opt("specverify_model"), backend=opt("specverify_backend"), row_set=opt("specverify_row_set"),
         prompt_set=opt("specverify_prompts"), num_prompts=opt("specverify_num_prompts"), k_values=tuple(opt("specverify_k")),
         profile=opt("specverify_profile"), seed=opt("specverify_seed"), samples=opt("specverify_samples"),
         context=opt("specverify_context"), require_device=opt("specverify_require_device"),
@@ -78,13 +86,86 @@ def _settings(config) -> Settings:
     return s
 
 
+def _run_profile(config):
+    """The profile the run declares (--specverify-profile, else the ini table), or None: the port's own."""
+    from .tolerance import from_table, profile
+
+    s = config.stash[SETTINGS]
+    if s.profile:
+        return profile(s.profile)
+    lines = config.getini("specverify_tolerance")
+    return from_table(lines) if lines else None
+
+
+def _port_overrides(config) -> list[str]:
+    """The conftest files already loaded that define a ``specverify_port`` fixture."""
+    import os
+
+    found = []
+    for plugin in config.pluginmanager.get_plugins():
+        name = getattr(plugin, "__name__", "")
+        if name != __name__ and hasattr(plugin, "specverify_port") and getattr(plugin, "__file__", None):
+            found.append(os.path.relpath(plugin.__file__, str(config.rootpath)))
+    return sorted(found)
+
+
 def pytest_report_header(config):
     s = _settings(config)
     dev = ("present: " if s.device.present else "absent: ") + s.device.reason
-    return [f"specverify: port={s.port} backend={s.backend or 'port default'} row_set={s.row_set or 'port default'} "
-            f"seed={s.seed} profile={s.profile or 'port default'} k={','.join(map(str, s.k_values))} "
-            f"prompts={s.prompt_set} ({s.num_prompts})",
-            f"specverify device: {dev}" + (" (required)" if s.require_device else "")]
+    port = f"{s.port}{f' model={s.model}' if s.model else ''}"
+    overrides = _port_overrides(config)
+    if overrides:  # a conftest's specverify_port fixture: the option names no port that runs
+        port = f"specverify_port fixture in {', '.join(overrides)} (--specverify-port {s.port} unused)"
+    lines = [f"specverify: port={port} backend={s.backend or 'port default'} row_set={s.row_set or 'port default'} "
+             f"seed={s.seed} profile={s.profile or ('ini table' if config.getini('specverify_tolerance') else 'port default')} "
+             f"k={','.join(map(str, s.k_values))} prompts={s.prompt_set} ({s.num_prompts})",
+             f"specverify device: {dev}" + (" (required)" if s.require_device else "")]
+    tol = _run_profile(config)
+    if tol is not None:
+        lines.append(f"specverify profile: {tol.summary()}")
+    return lines
+
+
+def pytest_report_collectionfinish(config, start_path, items):
+    """Say where the port comes from when a conftest overrides the specverify_port fixture (the header's
+    port= is then not the port under test)."""
+    seen = []
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get("specverify_port")
+        if not defs:
+            continue
+        fd = defs[-1]
+        if fd.func.__module__ == __name__:
+            continue
+        where = f"{fd.func.__module__}.{fd.func.__name__}"
+        if where not in seen:
+            seen.append(where)
+    if not seen:
+        return []
+    return [f"specverify: the port comes from the specverify_port fixture in {', '.join(seen)} (it overrides "
+            f"--specverify-port); the ports verified and their profiles are listed at the end of the run"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The ports the checks ran on (name and profile) and the largest measured error against its bound."""
+    ports: dict[str, None] = {}
+    worst = None
+    for key in ("passed", "failed", "skipped"):
+        for rep in terminalreporter.stats.get(key, []):
+            for name, value in getattr(rep, "user_properties", []):
+                if name == "specverify_port":
+                    ports[value] = None
+                elif name == "specverify_measured" and rep.when == "call":
+                    share, text = value
+                    if worst is None or share > worst[0]:
+                        worst = (share, text, rep.nodeid)
+    if not ports:
+        return
+    terminalreporter.write_sep("-", "specverify")
+    for line in ports:
+        terminalreporter.write_line(f"specverify port {line}")
+    if worst is not None:
+        terminalreporter.write_line(f"specverify largest measured error: {worst[1]} in {worst[2]}")
 
 
 def pytest_runtest_setup(item):
@@ -121,15 +202,19 @@ def specverify_port(specverify_settings):
     from .protocol import PortOptions
 
     s = specverify_settings
-    return load_port_factory(s.port)(PortOptions(backend=s.backend, row_set=s.row_set, seed=s.seed))
+    return load_port_factory(s.port)(PortOptions(backend=s.backend, row_set=s.row_set, seed=s.seed, model=s.model))
 
 
 @pytest.fixture
-def specverify_tolerance(specverify_port, specverify_settings):
-    """The tolerance profile: --specverify-profile, else the port's declared ``tolerance``."""
+def specverify_tolerance(request, specverify_port, specverify_settings):
+    """The tolerance profile: --specverify-profile, else the ini table ``specverify_tolerance``, else the
+    port's declared ``tolerance`` (a profile name or a ``Tolerance`` object)."""
     from .tolerance import profile
 
-    return profile(specverify_settings.profile or specverify_port.tolerance)
+    tol = _run_profile(request.config) or profile(specverify_port.tolerance)
+    request.node.user_properties.append(("specverify_port", f"{getattr(specverify_port, 'name', specverify_port)!s}: "
+                                                            f"profile {tol.summary()}"))
+    return tol
 
 
 @pytest.fixture
@@ -170,8 +255,9 @@ def forcing_draft(specverify_port, specverify_tolerance):
     def make(prompt, pattern, max_new_tokens: int):
         seq = list(prompt) + list(port.generate(prompt, max_new_tokens=max_new_tokens + max(pattern) + 2))
         taps = port.prefill(port.new_state(), seq).taps
-        same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b))) if taps is not None else None
-        return ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same)
+        same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b), "taps")) if taps is not None else None
+        return ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same,
+                         prompt_length=len(prompt))
 
     return make
 
@@ -188,15 +274,31 @@ def self_draft(specverify_port):
 def _run(request, fn, *args, **kwargs):
     """Call a check; NotSupported becomes a skip, the report lands in the test's user_properties."""
     __tracebackhide__ = True
+    import warnings
+
+    from .compare import measuring
     from .protocol import NotSupported
 
-    try:
-        report = fn(*args, **kwargs)
-    except NotSupported as exc:
-        pytest.skip(str(exc))
+    with measuring() as m:
+        try:
+            report = fn(*args, **kwargs)
+        except NotSupported as exc:
+            pytest.skip(str(exc))
+    name = getattr(report, "name", getattr(fn, "__name__", "check"))
+    if m.worst:
+        request.node.user_properties.append(("specverify_measured", (m.share, f"{name}: {m.describe()}")))
+        print(f"specverify {name}: {m.describe()}")
+        if hasattr(report, "metrics"):
+            report.metrics.setdefault("measured", m.describe())
     if report is not None:
-        request.node.user_properties.append((getattr(report, "name", fn.__name__), repr(getattr(report, "metrics", report))))
+        request.node.user_properties.append((name, repr(getattr(report, "metrics", report))))
+    for note in getattr(report, "notes", ()):
+        warnings.warn(SpecVerifyNote(f"{name}: {note}"), stacklevel=2)
     return report
+
+
+class SpecVerifyNote(UserWarning):
+    """What a passing check did not, or only partly, check (no taps, a near-tie accepted...)."""
 
 
 @pytest.fixture
@@ -207,7 +309,8 @@ def check_commit_equivalence(request, specverify_port, specverify_tolerance, spe
 
     def check(prompt, k_values=None, **kw):
         __tracebackhide__ = True
-        return _run(request, commit_equivalence, specverify_port, prompt, k_values or specverify_settings.k_values,
+        return _run(request, commit_equivalence, specverify_port, prompt,
+                    specverify_settings.k_values if k_values is None else k_values,
                     tol=specverify_tolerance, seed=specverify_seed, **kw)
 
     return check
@@ -224,9 +327,11 @@ def check_greedy_identity(request, specverify_port, specverify_tolerance, specve
     def check(prompt, draft=None, *, k=None, max_new_tokens=None, **kw):
         __tracebackhide__ = True
         d = draft if draft is not None else _run(request, specverify_port.make_draft)
-        k = k or (s.spec_k if draft is not None else own_draft_k(specverify_port, s.spec_k))
+        if k is None:
+            k = s.spec_k if draft is not None else own_draft_k(specverify_port, s.spec_k)
         return _run(request, greedy_identity, specverify_port, prompt, d, k=k,
-                    max_new_tokens=max_new_tokens or s.max_new_tokens, tol=specverify_tolerance, **kw)
+                    max_new_tokens=s.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                    tol=specverify_tolerance, **kw)
 
     return check
 
@@ -239,8 +344,8 @@ def check_forced_acceptance(request, specverify_port, specverify_tolerance, spec
 
     def check(prompt, k=None, **kw):
         __tracebackhide__ = True
-        return _run(request, forced_acceptance, specverify_port, prompt, k=k or specverify_settings.spec_k,
-                    tol=specverify_tolerance, **kw)
+        return _run(request, forced_acceptance, specverify_port, prompt,
+                    k=specverify_settings.spec_k if k is None else k, tol=specverify_tolerance, **kw)
 
     return check
 
@@ -251,8 +356,9 @@ def _loop_check(request, fn, port, tol, s, *, own_draft=False):
 
     def check(prompt, k=None, max_new_tokens=None, **kw):
         __tracebackhide__ = True
-        k = k or (own_draft_k(port, s.spec_k) if own_draft else s.spec_k)
-        return _run(request, fn, port, prompt, k=k, max_new_tokens=max_new_tokens or s.max_new_tokens,
+        if k is None:
+            k = own_draft_k(port, s.spec_k) if own_draft else s.spec_k
+        return _run(request, fn, port, prompt, k=k, max_new_tokens=s.max_new_tokens if max_new_tokens is None else max_new_tokens,
                     tol=tol, **kw)
 
     return check
@@ -267,28 +373,31 @@ def check_self_draft(request, specverify_port, specverify_tolerance, specverify_
 
 
 @pytest.fixture
-def check_replay(request, specverify_port, specverify_settings, specverify_seed):
-    """``check_replay(prompt_ids, k_values=None)``: check 3 (full accepts: kept state == replayed state,
-    max diff 0)."""
+def check_replay(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
+    """``check_replay(prompt_ids, k_values=None)``: check 3 (full accepts: kept state == replayed state
+    within the profile, bitwise for an exact one; the port's own replay check agrees or is NotSupported,
+    a skip)."""
     from .checks import replay_matches_keep
 
     def check(prompt, k_values=None):
         __tracebackhide__ = True
-        return _run(request, replay_matches_keep, specverify_port, prompt, k_values or specverify_settings.k_values,
+        return _run(request, replay_matches_keep, specverify_port, prompt,
+                    specverify_settings.k_values if k_values is None else k_values, tol=specverify_tolerance,
                     seed=specverify_seed)
 
     return check
 
 
 @pytest.fixture
-def check_sampling(request, specverify_port, specverify_settings, specverify_seed):
+def check_sampling(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
     """``check_sampling(prompt_ids, samples=None)``: check 4 (distribution preservation at T > 0)."""
     from .sampling import sampling_distribution
 
     def check(prompt, samples=None, **kw):
         __tracebackhide__ = True
         return _run(request, sampling_distribution, specverify_port, prompt,
-                    samples=samples or specverify_settings.samples, seed=specverify_seed, **kw)
+                    samples=specverify_settings.samples if samples is None else samples, seed=specverify_seed,
+                    tol=specverify_tolerance, **kw)
 
     return check
 
@@ -302,22 +411,25 @@ def check_draft_sampling(request, specverify_port, specverify_tolerance, specver
 
     def check(prompt, samples=None, k=None, **kw):
         __tracebackhide__ = True
-        return _run(request, draft_sampling, specverify_port, prompt, samples=samples or specverify_settings.samples,
-                    k=k or own_draft_k(specverify_port, specverify_settings.spec_k), tol=specverify_tolerance,
+        return _run(request, draft_sampling, specverify_port, prompt,
+                    samples=(specverify_settings.samples or 800) if samples is None else samples,
+                    k=own_draft_k(specverify_port, specverify_settings.spec_k) if k is None else k, tol=specverify_tolerance,
                     seed=specverify_seed, **kw)
 
     return check
 
 
 @pytest.fixture
-def check_fuzz(request, specverify_port, specverify_tolerance, specverify_settings):
-    """``check_fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``: check 5 (Hypothesis state machine)."""
+def check_fuzz(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
+    """``check_fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``: check 5 (Hypothesis state machine,
+    seeded from the test's seed)."""
     from .fuzz import run_commit_fuzz
 
     def check(prompt, k_max=None, **kw):
         __tracebackhide__ = True
-        return _run(request, run_commit_fuzz, specverify_port, prompt, k_max=k_max or specverify_settings.spec_k,
-                    tol=specverify_tolerance, **kw)
+        kw.setdefault("seed", specverify_seed)
+        return _run(request, run_commit_fuzz, specverify_port, prompt,
+                    k_max=specverify_settings.spec_k if k_max is None else k_max, tol=specverify_tolerance, **kw)
 
     return check
 
@@ -332,7 +444,8 @@ def check_prefill_consistency(request, specverify_port, specverify_tolerance, sp
     def check(prompt, max_new_tokens=None, **kw):
         __tracebackhide__ = True
         return _run(request, decode_prefill_consistency, specverify_port, prompt,
-                    max_new_tokens=max_new_tokens or specverify_settings.max_new_tokens, tol=specverify_tolerance,
+                    max_new_tokens=specverify_settings.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                    tol=specverify_tolerance,
                     seed=specverify_seed, **kw)
 
     return check
@@ -347,7 +460,8 @@ def check_long_context(request, specverify_port, specverify_tolerance, specverif
 
     def check(prompt, length=None, k=None, **kw):
         __tracebackhide__ = True
-        return _run(request, long_context, specverify_port, prompt, length=length or specverify_settings.context,
+        return _run(request, long_context, specverify_port, prompt,
+                    length=specverify_settings.context if length is None else length,
                     k=specverify_settings.spec_k if k is None else k, tol=specverify_tolerance, seed=specverify_seed, **kw)
 
     return check

@@ -6,7 +6,8 @@ from typing import Callable
 
 ENTRY_POINT_GROUP = "specverify.ports"
 BUILTIN = {"onebit": "pytest_specverify.adapters.onebit:make_port",
-           "onebit-trained": "pytest_specverify.adapters.onebit:make_trained_port"}
+           "onebit-trained": "pytest_specverify.adapters.onebit:make_trained_port",
+           "transformers": "pytest_specverify.adapters.transformers:make_port"}
 
 
 def available_ports() -> dict[str, str]:

@@ -118,11 +118,14 @@ class SpecPort(Protocol):
 @dataclass(frozen=True)
 class PortOptions:
     """What the command line tells a port factory: ``backend`` and ``row_set`` (None: the port's
-    default), the run's ``seed``."""
+    default), the run's ``seed`` (``--specverify-seed``: seed your random weights and drafts with it),
+    ``model`` (``--specverify-model``: a checkpoint folder, a config file or a preset name, for ports
+    that load one)."""
 
     backend: str | None = None
     row_set: int | None = None
     seed: int = 0
+    model: str | None = None
 
 
 def byte_encode(text: str, vocab_size: int) -> list[int]:
@@ -139,6 +142,15 @@ def _declared_limit(port: Any, attr: str, value: int, lowest: int, meaning: str)
         raise ValueError(f"port {getattr(port, 'name', port)!r} declares {attr} = {limit!r}; it must be an int >= {lowest} "
                          f"({meaning}) or absent")
     return min(value, limit)
+
+
+def require_loop_k(port: Any, k: int) -> None:
+    """A port whose loop refuses small k declares ``min_k`` (e.g. 1: no zero-draft rounds); a loop check
+    below it is then a visible skip, not a failure and not a silent pass."""
+    lowest = getattr(port, "min_k", None)
+    if lowest is not None and k < lowest:
+        raise NotSupported(f"port {getattr(port, 'name', port)!r} declares min_k = {lowest}: its loop refuses k = {k}, "
+                           f"so the loop is not checked at k = {k}")
 
 
 def own_draft_k(port: Any, k: int) -> int:

@@ -43,6 +43,7 @@ def bounded(option: str, lo: int, hi: int, why: str = ""):
 @dataclass
 class Settings:
     port: str = "onebit"
+    model: str | None = None
     backend: str | None = None
     row_set: int | None = None
     prompt_set: str = "default"
@@ -52,7 +53,7 @@ class Settings:
     k_values: tuple[int, ...] = (0, 1, 3, 7, 15)
     profile: str | None = None
     seed: int = 0
-    samples: int = 800
+    samples: int | None = None  # None: the sampling check sizes itself by power; the draft check 800
     max_new_tokens: int = 24
     context: int = 320  # long_context fills the context to this many tokens (past 128 and 256)
     require_device: bool = False

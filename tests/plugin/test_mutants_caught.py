@@ -28,6 +28,15 @@ def _forced(port):
     return forced_acceptance(port, port.encode(PROMPT), k=K, tol=profile(port.tolerance))
 
 
+def _forced_k0(port):  # the battery's loop check with no drafts (a port whose loop refuses k = 0 says so: a skip)
+    from pytest_specverify import NotSupported
+
+    try:
+        return forced_acceptance(port, port.encode(PROMPT), k=0, tol=profile(port.tolerance))
+    except NotSupported as exc:
+        pytest.skip(str(exc))
+
+
 def _forced_k1(port):  # the battery runs forced acceptance at every k of the run
     return forced_acceptance(port, port.encode(PROMPT), k=1, tol=profile(port.tolerance))
 
@@ -72,7 +81,7 @@ def _long_context(port):
     return long_context(port, port.encode(PROMPT), length=Settings.context, k=K, tol=profile(port.tolerance))
 
 
-CHECKS = {"long_context": _long_context, "forced_acceptance_k1": _forced_k1, "decode_prefill_consistency_1_token": _reprefill_one_token,
+CHECKS = {"long_context": _long_context, "forced_acceptance_k0": _forced_k0, "forced_acceptance_k1": _forced_k1, "decode_prefill_consistency_1_token": _reprefill_one_token,
           "commit_equivalence_1_token": _commit_one_token, "draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
@@ -107,6 +116,9 @@ TABLE = {
     "replay_record_of_eight": ("commit_equivalence", "k=15, rows [last, d1..d15]"),
     "bonus_dropped_at_k1": ("forced_acceptance_k1", "it is the bonus token"),
     "proposed_reported_as_accepted": ("forced_acceptance", "reports 0 proposed drafts but asked the draft for 3"),
+    # issue 19's held-out bugs: the residual by its distribution (no zero gap in q), the loop at k = 0
+    "residual_from_p": ("sampling_distribution", "token at a rejection ~ normalize(max(0, p - q))"),
+    "zero_draft_steps_twice": ("forced_acceptance_k0", "at k = 0 (no drafts"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0"),  # a second check that catches it
         "bonus_counted_as_accepted": ("forced_acceptance", "reports 4 accepted drafts but the forcing draft made exactly 3")}
@@ -150,6 +162,9 @@ UNSEEN_BY = {
     # a prompt of K - 1 tokens or more is right: only the one-token prompt shows it
     "short_prefill_drops_conv": ("decode_prefill_consistency", "commit_equivalence", "commit_equivalence_1_token",
                                  "greedy_identity", "long_context"),
+    # the loop at k = 0 only: every other check reaches k = 0 through verify / commit, or runs k >= 1
+    "zero_draft_steps_twice": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz",
+                               "sampling_distribution"),
 }
 
 

@@ -44,7 +44,7 @@ def test_help_shows_every_option_with_its_default(sv_pytester):
     result = sv_pytester.runpytest("--help")
     result.stdout.fnmatch_lines([
         "speculative-decoding verification (pytest-specverify):",
-        "*--specverify-port=NAME*", "*Default: 'onebit'",
+        "*--specverify-port=NAME*", "*Default: 'onebit'", "*--specverify-model=PATH*",
         "*--specverify-backend=NAME*", "*--specverify-row-set=N*",
         "*--specverify-prompts=SET*", "*--specverify-num-prompts=N*", "*--specverify-k=K,K,...*",
         "*--specverify-profile=NAME*", "*--specverify-seed=INT*", "*--specverify-samples=N*",
@@ -53,7 +53,7 @@ def test_help_shows_every_option_with_its_default(sv_pytester):
     text = result.stdout.str()
     block = text[text.index("speculative-decoding verification"):]
     block = block[: block.index("\n\n")]
-    assert block.count("Default:") == 11
+    assert block.count("Default:") == 12
 
 
 def test_markers_pass_strict_markers_and_the_device_test_skips_with_the_reason(sv_pytester):

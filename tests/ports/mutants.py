@@ -307,6 +307,24 @@ class ResidualWrong(SpecLoop):
         return r / r.sum() if r.sum() > 0 else p
 
 
+class ResidualFromP(SpecLoop):
+    """At a rejection the token is drawn from p itself instead of normalize(max(0, p - q)) (held-out bug 8)."""
+
+    def residual(self, p, q):
+        return p
+
+
+class ZeroDraftStepsTwice(SpecLoop):
+    """A round with no drafts steps the anchor on a fast path and then also verifies and commits it
+    (held-out bug 7): invisible to every check that reaches k = 0 through verify / commit only."""
+
+    def zero_draft_step(self, st, last):
+        self.model.forward([last], st)
+        out = self.model.verify([last], st)
+        self.model.commit(st, 1)
+        return out
+
+
 class TemperatureIgnoredInAccept(SpecLoop):
     """The acceptance test and the residual use p at T = 1 whatever the run's temperature (the draft's q
     and the bonus after a full accept do use it): invisible at T = 1."""
@@ -370,7 +388,8 @@ _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimSh
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_dropped_at_k1": BonusDroppedAtK1, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
-               "bonus_counted_as_accepted": BonusCountedAsAccepted, "accept_uses_first_q_row": AcceptUsesFirstQRow, "proposed_reported_as_accepted": ProposedReportedAsAccepted}
+               "bonus_counted_as_accepted": BonusCountedAsAccepted, "accept_uses_first_q_row": AcceptUsesFirstQRow, "proposed_reported_as_accepted": ProposedReportedAsAccepted,
+               "residual_from_p": ResidualFromP, "zero_draft_steps_twice": ZeroDraftStepsTwice}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
                   "checkpoint_ring_of_four", "decode_rope_table_of_256", "short_prefill_drops_conv", "replay_record_of_eight")
 _DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}

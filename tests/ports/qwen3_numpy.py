@@ -273,6 +273,10 @@ class SpecLoop:
         """The (accepted, proposed) counts the run reports for a round (a hook for the mutants)."""
         return a, n
 
+    def zero_draft_step(self, st, last):
+        """A round with no drafts: one plain step of the anchor (a hook for the mutants)."""
+        return self.model.forward([last], st)
+
     def run(self, prompt, max_new_tokens) -> SpecRun:
         m, d = self.model, self.draft
         st, ds = m.new_state(), d.new_state()
@@ -283,8 +287,8 @@ class SpecLoop:
         while len(out) < max_new_tokens:
             last = out[-1]
             n = min(self.k, max_new_tokens - len(out) - 1)
-            if n < 1:  # zero-draft round near the end: a plain step
-                logits, taps = m.forward([last], st)
+            if n < 1:  # zero-draft round (k = 0, or near the end): a plain step
+                logits, taps = self.zero_draft_step(st, last)
                 d.append_context(ds, taps)
                 out.append(self.choose(logits[0]))
                 continue

@@ -22,6 +22,7 @@ class OnebitPort:
 
     tolerance = "exact"
     commit_paths = ("keep", "replay", "checkpoint")
+    min_k = 1  # the engine's loop refuses k < 1 (ConfigError): the battery's k = 0 loop check is a visible skip
 
     def __init__(self, target, *, name: str = "onebit", draft_seed: int = 0, draft=None, tokenizer=None):
         self.target = target

@@ -1,0 +1,85 @@
+"""``SnapshotCommit``: verify and commit for any port whose state can be snapshotted and restored.
+
+A subclass provides ``forward(state, tokens) -> Rows`` (advances the state by len(tokens)),
+``snapshot(state) -> obj`` (a deep copy: nothing the next forward writes in place may be shared) and
+``restore(state, obj)``. It gets ``verify`` / ``commit`` with two commit paths:
+
+* ``replay``: restore the snapshot taken before the verify, then run the kept rows again as single
+  steps - the state is then prefill + steps of those rows by construction;
+* ``keep``: on a full accept keep the state the batched verify left; on a partial accept restore and
+  run the kept rows again in one batched pass.
+
+``commit(..., replay_check=True)`` raises ``NotSupported`` (the documented opt-out: the battery's
+replay check then compares keep with replay itself and skips only the port's own check).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..protocol import NotSupported, Rows
+
+PATHS = ("keep", "replay")
+
+
+@dataclass
+class Pending:
+    """An uncommitted verify: the snapshot from before it and its rows."""
+
+    snapshot: Any
+    rows: list[int]
+
+
+class SnapshotCommit:
+    commit_paths: Sequence[str] = PATHS
+
+    # -- to implement ------------------------------------------------------------------------------
+    def forward(self, state, tokens: Sequence[int]) -> Rows:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def snapshot(self, state) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def restore(self, state, snap) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- given ---------------------------------------------------------------------------------------
+    def _pending(self, state) -> Pending | None:
+        return getattr(state, "pending", None)
+
+    def prefill(self, state, tokens: Sequence[int]) -> Rows:
+        return self.forward(state, list(tokens))
+
+    def step(self, state, token: int) -> Rows:
+        return self.forward(state, [int(token)])
+
+    def verify(self, state, tokens: Sequence[int], *, path: str) -> Rows:
+        if path not in self.commit_paths:
+            raise ValueError(f"commit path {path!r} is not one of {tuple(self.commit_paths)}")
+        if self._pending(state) is not None:
+            raise RuntimeError("verify() while a verify is pending: commit it first")
+        snap = self.snapshot(state)
+        out = self.forward(state, list(tokens))
+        state.pending = Pending(snap, [int(t) for t in tokens])
+        return out
+
+    def commit(self, state, accepted_rows: int, *, path: str, replay_check: bool = False) -> None:
+        pend = self._pending(state)
+        if pend is None:
+            raise RuntimeError("commit() without a pending verify")
+        if not 0 <= accepted_rows <= len(pend.rows):
+            raise ValueError(f"accepted_rows={accepted_rows} is outside 0..{len(pend.rows)} (the verify's rows)")
+        state.pending = None
+        kept = pend.rows[:accepted_rows]
+        if path == "keep" and accepted_rows == len(pend.rows):
+            pass  # the batch's own state
+        elif path == "keep":
+            self.restore(state, pend.snapshot)
+            if kept:
+                self.forward(state, kept)
+        else:
+            self.restore(state, pend.snapshot)
+            for t in kept:
+                self.forward(state, [t])
+        if replay_check:
+            raise NotSupported(f"port {getattr(self, 'name', self)!r} has no replay check of its own (SnapshotCommit)")
