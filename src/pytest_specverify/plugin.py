@@ -69,12 +69,28 @@ def pytest_configure(config):
     for line in MARKERS.values():
         config.addinivalue_line("markers", line)
     opt = config.getoption
+    _check_names(opt("specverify_port"), opt("specverify_profile"))
     config.stash[SETTINGS] = Settings(
         port=opt("specverify_port"), model=opt("specverify_model"), backend=opt("specverify_backend"), row_set=opt("specverify_row_set"),
         prompt_set=opt("specverify_prompts"), num_prompts=opt("specverify_num_prompts"), k_values=tuple(opt("specverify_k")),
         profile=opt("specverify_profile"), seed=opt("specverify_seed"), samples=opt("specverify_samples"),
         context=opt("specverify_context"), require_device=opt("specverify_require_device"),
     )
+
+
+def _check_names(port: str, profile_name: str | None) -> None:
+    """A port or profile name that names nothing is a usage error before any test runs (not an error in
+    every test that asks for the port, nor silently ignored)."""
+    from .ports import available_ports
+    from .tolerance import PROFILES
+
+    if profile_name is not None and profile_name not in PROFILES:
+        raise pytest.UsageError(f"--specverify-profile {profile_name!r} is not a profile; choose one of {sorted(PROFILES)}, "
+                                f"or declare your own (docs/verify-your-port.md, section 5)")
+    known = available_ports()
+    if port not in known:
+        raise pytest.UsageError(f"--specverify-port {port!r} is not a registered port; known: {sorted(known)} (register one "
+                                f"under the 'specverify.ports' entry-point group, or override the specverify_port fixture)")
 
 
 def _settings(config) -> Settings:

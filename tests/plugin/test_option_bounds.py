@@ -12,6 +12,8 @@ import pytest
     (["--specverify-samples=ten"], ["--specverify-samples", "integer"]),
     (["--specverify-row-set=100000"], ["--specverify-row-set", "1..64"]),
     (["--specverify-context=0"], ["--specverify-context"]),
+    (["--specverify-profile=bogus"], ["--specverify-profile", "'bogus'", "fp32"]),
+    (["--specverify-port=nosuch"], ["--specverify-port", "'nosuch'", "onebit"]),
 ])
 def test_out_of_range_option_is_a_usage_error(sv_pytester, argv, words):
     sv_pytester.makepyfile("def test_never():\n    raise AssertionError('ran despite a bad option')\n")
