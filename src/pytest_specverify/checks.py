@@ -274,7 +274,7 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
     seq = list(prompt) + plain
     taps = port.prefill(port.new_state(), seq).taps
     same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b), "taps")) if taps is not None else None
-    draft = ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same,
+    draft = ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same, nearest=not tol.exact,
                          prompt_length=len(prompt))
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=k, commit_path=commit_path)
     report = CheckReport("forced_acceptance", metrics={"acceptance_rate": run.acceptance_rate, "tokens_per_round": run.tokens_per_round})
@@ -326,7 +326,7 @@ def _zero_draft_loop(port, prompt, *, tol: Tolerance, commit_path: str | None, m
     seq = list(prompt) + plain
     taps = port.prefill(port.new_state(), seq).taps
     same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b), "taps")) if taps is not None else None
-    draft = ForcingDraft(seq, port.vocab_size, cycle_script([0]), reference_taps=taps, same_taps=same,
+    draft = ForcingDraft(seq, port.vocab_size, cycle_script([0]), reference_taps=taps, same_taps=same, nearest=not tol.exact,
                          prompt_length=len(prompt))
     try:
         run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=0, commit_path=commit_path)

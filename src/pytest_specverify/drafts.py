@@ -67,8 +67,12 @@ class ForcingDraft:
     """
 
     def __init__(self, sequence: Sequence[int], vocab_size: int, script: Script, *, reference_taps=None,
-                 same_taps: Callable[[Any, Any], bool] | None = None, prompt_length: int | None = None):
+                 same_taps: Callable[[Any, Any], bool] | None = None, prompt_length: int | None = None,
+                 nearest: bool = False):
         self.sequence = [int(t) for t in sequence]
+        # not bitwise: a row outside the profile still counts as position p's when p is its unambiguous
+        # nearest reference row (a step's rounding drifts from one long prefill's; a wrong row does not)
+        self.nearest = nearest
         self.vocab_size = vocab_size
         self.script = script
         self.reference_taps = reference_taps
@@ -100,7 +104,7 @@ class ForcingDraft:
                 pos = state.length + j
                 if pos >= len(self.reference_taps):
                     break
-                if not self.same_taps(taps[j], self.reference_taps[pos]):
+                if not self.same_taps(taps[j], self.reference_taps[pos]) and not self._nearest_is(taps[j], pos):
                     hit = [p for p in range(len(self.reference_taps)) if self.same_taps(taps[j], self.reference_taps[p])]
                     where = (f"; it equals the taps of position {hit[0]}" if hit else
                              "; it matches no position of the text (the reference taps come from one prefill of the "
@@ -110,6 +114,20 @@ class ForcingDraft:
                                   f"taps of that position{where} (the accepted rows are [last, d1..da] = verify rows 0..a)")
                     break
         state.length += n
+
+    def _nearest_is(self, row, pos: int) -> bool:
+        """``pos`` is the row's nearest reference position and at most half as far as any other one."""
+        if not self.nearest:
+            return False
+        import numpy as np
+
+        ref = np.asarray(self.reference_taps, np.float64)
+        a = np.asarray(row, np.float64)
+        if ref.shape[1:] != a.shape:
+            return False
+        d = np.abs(ref - a).reshape(len(ref), -1).max(axis=1)
+        others = np.delete(d, pos)
+        return bool(np.isfinite(d[pos]) and (others.size == 0 or 2 * d[pos] < others.min()))
 
     def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
         import numpy as np
@@ -168,6 +186,20 @@ class SelfDraft:
             state.tokens += [-1] * n  # a plain step: token unknown (only happens after the last round)
         state.length += n
 
+    def _nearest_is(self, row, pos: int) -> bool:
+        """``pos`` is the row's nearest reference position and at most half as far as any other one."""
+        if not self.nearest:
+            return False
+        import numpy as np
+
+        ref = np.asarray(self.reference_taps, np.float64)
+        a = np.asarray(row, np.float64)
+        if ref.shape[1:] != a.shape:
+            return False
+        d = np.abs(ref - a).reshape(len(ref), -1).max(axis=1)
+        others = np.delete(d, pos)
+        return bool(np.isfinite(d[pos]) and (others.size == 0 or 2 * d[pos] < others.min()))
+
     def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
         import numpy as np
 
@@ -208,6 +240,20 @@ class DistributionDraft:
 
     def append_context(self, state: ContextState, taps) -> None:
         state.length += _count(taps) or 0
+
+    def _nearest_is(self, row, pos: int) -> bool:
+        """``pos`` is the row's nearest reference position and at most half as far as any other one."""
+        if not self.nearest:
+            return False
+        import numpy as np
+
+        ref = np.asarray(self.reference_taps, np.float64)
+        a = np.asarray(row, np.float64)
+        if ref.shape[1:] != a.shape:
+            return False
+        d = np.abs(ref - a).reshape(len(ref), -1).max(axis=1)
+        others = np.delete(d, pos)
+        return bool(np.isfinite(d[pos]) and (others.size == 0 or 2 * d[pos] < others.min()))
 
     def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
         import numpy as np

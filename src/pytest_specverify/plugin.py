@@ -272,7 +272,7 @@ def forcing_draft(specverify_port, specverify_tolerance):
         seq = list(prompt) + list(port.generate(prompt, max_new_tokens=max_new_tokens + max(pattern) + 2))
         taps = port.prefill(port.new_state(), seq).taps
         same = (lambda a, b: tol.close(np.asarray(a), np.asarray(b), "taps")) if taps is not None else None
-        return ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same,
+        return ForcingDraft(seq, port.vocab_size, cycle_script(pattern), reference_taps=taps, same_taps=same, nearest=not tol.exact,
                          prompt_length=len(prompt))
 
     return make

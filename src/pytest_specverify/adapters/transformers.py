@@ -30,11 +30,13 @@ TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_lay
             rms_norm_eps=1e-6, pad_token_id=0, bos_token_id=1, eos_token_id=None, tie_word_embeddings=False)
 TINY_TYPES = ("qwen3_5", "qwen3_next")
 
-#: fp32 as measured on the tiny configs at init 0.1 (a batched pass vs single steps vs one prefill, the fuzz's
-#: longest sequences: states up to 3e-5, logits and taps up to 3.3e-5 at |x| ~ 3.5), with 3x headroom; the fp32
-#: profile's 1e-5 is below it. A real checkpoint's logits are larger: declare your own (see docs/verify-your-port.md).
-FP32 = declared(name="transformers-fp32", atol=1e-4, rtol=1e-5, tie_margin=1e-3,
-                kinds={"logits": (1e-4, 1e-5), "taps": (1e-4, 1e-5)})
+#: fp32 as measured on the tiny configs at init 0.1 (a batched pass vs single steps vs one prefill): typically
+#: states up to 3e-5, logits and taps up to 3.3e-5 at |x| ~ 3.5; the worst over 20 seeds of the battery
+#: (--specverify-seed 100..119) 1.5e-4, a k = 15 verify's attention keys after 7 kept rows - so about 3x that.
+#: The fp32 profile's 1e-5 is below it. A real checkpoint's values are larger: declare your own (see
+#: docs/verify-your-port.md). The broken variants' errors are 1e-2 and up (tests/plugin/test_transformers_port.py).
+FP32 = declared(name="transformers-fp32", atol=5e-4, rtol=1e-4, tie_margin=1e-3,
+                kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4)})
 
 
 def tiny_model(model_type: str = "qwen3_5", seed: int = 0, init: float = 0.1):
