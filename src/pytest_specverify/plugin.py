@@ -1,9 +1,22 @@
 """pytest_specverify: the hook surface (options, markers, header, device gating, fixtures).
 
-Everything heavy (numpy, hypothesis, the engine, pyxrt) is imported inside hooks or fixtures, so
-loading this plugin in an unrelated pytest run costs nothing. The logic lives in plain modules.
+A good guest (Hypothesis' plugin is the model: silent unless used). Installed, it loads in every pytest
+run of the environment, and acts only where it is in use:
+
+- the run: any ``--specverify-*`` option given (command line, ``addopts`` or ``PYTEST_ADDOPTS``), or the
+  project opts in with the ini option ``specverify = true``; then the header is printed, port and profile
+  names are checked, and every ``device``-marked test is gated on the NPU probe;
+- a test: it uses one of the plugin's fixtures (``specverify_*``, the ``check_*`` names below,
+  ``forcing_draft``, ``self_draft``) or is a battery test; then the header is printed after collection and
+  that test, if ``device``-marked, is gated. A project's own ``device`` tests that use none of these run.
+
+Otherwise it prints nothing, never probes the NPU, and imports nothing heavy. Its markers are registered
+only where the project has not registered the same name itself. Everything heavy (numpy, hypothesis, the
+engine, pyxrt) is imported inside hooks or fixtures. The logic lives in plain modules.
 """
 from __future__ import annotations
+
+import argparse
 
 import pytest
 
@@ -11,6 +24,14 @@ from .protocol import own_draft_k
 from .session import Settings, bounded, k_list
 
 SETTINGS = pytest.StashKey[Settings]()
+ACTIVE = pytest.StashKey[bool]()  # the run uses the plugin (an option given, or the ini opt-in)
+EXPLICIT = "_specverify_explicit"  # set on the option namespace by any --specverify-* option given
+
+CHECKS = ("check_commit_equivalence", "check_greedy_identity", "check_forced_acceptance", "check_self_draft",
+          "check_replay", "check_sampling", "check_draft_sampling", "check_fuzz", "check_prefill_consistency",
+          "check_long_context", "check_draft_consistency")
+FIXTURES = frozenset(CHECKS + ("forcing_draft", "self_draft"))
+BATTERY = "pytest_specverify.battery"
 
 MARKERS = {
     "device": "device: needs the NPU (/dev/accel/accel* and pyxrt); skipped with the reason when absent, "
@@ -20,9 +41,22 @@ MARKERS = {
 }
 
 
+class _Given(argparse.Action):
+    """Store the value (or ``const`` for a flag) and note that a --specverify-* option was given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        setattr(namespace, EXPLICIT, True)
+
+
 def pytest_addoption(parser):
     g = parser.getgroup("specverify", "speculative-decoding verification (pytest-specverify)")
-    add = g.addoption
+
+    def add(*names, action=None, **kw):
+        if action == "store_true":
+            kw.update(nargs=0, const=True)
+        g.addoption(*names, action=_Given, **kw)
+
     add("--specverify-port", metavar="NAME", default="onebit",
         help="port to verify (entry-point group 'specverify.ports'). Default: %(default)r")
     add("--specverify-model", metavar="PATH", default=None,
@@ -57,6 +91,10 @@ def pytest_addoption(parser):
     parser.addini("specverify_tolerance", type="linelist", default=[],
                   help="a declared tolerance profile, one 'key = value' a line (name, base, atol, rtol, <kind>.atol, "
                        "<kind>.rtol, tie_margin, kl_max, logprob_max); overrides the port's, not --specverify-profile")
+    parser.addini("specverify", type="bool", default=False,
+                  help="the project uses specverify in every test: print its header and gate every 'device' test on "
+                       "the NPU (without it the plugin acts only in tests that use its fixtures, or when a "
+                       "--specverify-* option is given)")
 
 
 def pytest_addhooks(pluginmanager):
@@ -66,10 +104,14 @@ def pytest_addhooks(pluginmanager):
 
 
 def pytest_configure(config):
-    for line in MARKERS.values():
-        config.addinivalue_line("markers", line)
+    own = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+    for name, line in MARKERS.items():
+        if name not in own:  # the project's own registration of the name stands
+            config.addinivalue_line("markers", line)
     opt = config.getoption
-    _check_names(opt("specverify_port"), opt("specverify_profile"))
+    config.stash[ACTIVE] = bool(getattr(config.option, EXPLICIT, False) or config.getini("specverify"))
+    if config.stash[ACTIVE]:
+        _check_names(opt("specverify_port"), opt("specverify_profile"))
     config.stash[SETTINGS] = Settings(
         port=opt("specverify_port"), model=opt("specverify_model"), backend=opt("specverify_backend"), row_set=opt("specverify_row_set"),
         prompt_set=opt("specverify_prompts"), num_prompts=opt("specverify_num_prompts"), k_values=tuple(opt("specverify_k")),
@@ -125,7 +167,25 @@ def _port_overrides(config) -> list[str]:
     return sorted(found)
 
 
+def _uses_plugin(item) -> bool:
+    """The test asks for one of the plugin's fixtures (or an override of one), or is a battery test."""
+    names = getattr(item, "fixturenames", ())
+    if any(n in FIXTURES or n.startswith("specverify_") for n in names):
+        return True
+    return getattr(getattr(item, "obj", None), "__module__", None) == BATTERY
+
+
+def _in_use(item) -> bool:
+    return item.config.stash[ACTIVE] or _uses_plugin(item)
+
+
 def pytest_report_header(config):
+    if not config.stash[ACTIVE]:
+        return []  # unless a test uses the plugin: then the header comes after collection
+    return _header(config)
+
+
+def _header(config) -> list[str]:
     s = _settings(config)
     dev = ("present: " if s.device.present else "absent: ") + s.device.reason
     port = f"{s.port}{f' model={s.model}' if s.model else ''}"
@@ -144,7 +204,9 @@ def pytest_report_header(config):
 
 def pytest_report_collectionfinish(config, start_path, items):
     """Say where the port comes from when a conftest overrides the specverify_port fixture (the header's
-    port= is then not the port under test)."""
+    port= is then not the port under test). In a run that did not opt in, the header comes here when a
+    collected test uses the plugin."""
+    header = [] if config.stash[ACTIVE] or not any(map(_uses_plugin, items)) else _header(config)
     seen = []
     for item in items:
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get("specverify_port")
@@ -157,8 +219,8 @@ def pytest_report_collectionfinish(config, start_path, items):
         if where not in seen:
             seen.append(where)
     if not seen:
-        return []
-    return [f"specverify: the port comes from the specverify_port fixture in {', '.join(seen)} (it overrides "
+        return header
+    return header + [f"specverify: the port comes from the specverify_port fixture in {', '.join(seen)} (it overrides "
             f"--specverify-port); the ports verified and their profiles are listed at the end of the run"]
 
 
@@ -185,7 +247,7 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("device") is None:
+    if item.get_closest_marker("device") is None or not _in_use(item):
         return
     s = _settings(item.config)
     if s.device.present:
