@@ -28,13 +28,15 @@ class MoeCase:
                 f"{'-tied' if self.tied else ''}")
 
 
-def build_moe(case: MoeCase, folder: Path, *, seed: int = 0, layers: int = 4):
-    """Build, randomise, save; return the HF model (float32, eval)."""
+def build_moe(case: MoeCase, folder: Path, *, seed: int = 0, layers: int = 4, geometry: dict | None = None):
+    """Build, randomise, save; return the HF model (float32, eval). ``geometry`` overrides fields of
+    BASE and the expert size (``moe_intermediate_size``), as in ``hf_models.build``."""
     import transformers as tf
 
     torch.manual_seed(seed)
     kw = dict(BASE, num_hidden_layers=layers, tie_word_embeddings=case.tied, num_experts=case.experts,
               num_experts_per_tok=case.top_k, moe_intermediate_size=32, shared_expert_intermediate_size=case.shared)
+    kw.update(geometry or {})
     rope = {"rope_type": "default", "partial_rotary_factor": 0.25}
     if case.model_type == "qwen3_next":
         cfg = tf.Qwen3NextConfig(**kw, norm_topk_prob=case.norm_topk_prob, mlp_only_layers=list(case.mlp_only_layers),
