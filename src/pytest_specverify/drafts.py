@@ -186,20 +186,6 @@ class SelfDraft:
             state.tokens += [-1] * n  # a plain step: token unknown (only happens after the last round)
         state.length += n
 
-    def _nearest_is(self, row, pos: int) -> bool:
-        """``pos`` is the row's nearest reference position and at most half as far as any other one."""
-        if not self.nearest:
-            return False
-        import numpy as np
-
-        ref = np.asarray(self.reference_taps, np.float64)
-        a = np.asarray(row, np.float64)
-        if ref.shape[1:] != a.shape:
-            return False
-        d = np.abs(ref - a).reshape(len(ref), -1).max(axis=1)
-        others = np.delete(d, pos)
-        return bool(np.isfinite(d[pos]) and (others.size == 0 or 2 * d[pos] < others.min()))
-
     def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
         import numpy as np
 
