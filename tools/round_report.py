@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from onebit_engine import pretrained, tune  # noqa: E402
+from onebit_engine import bench, pretrained, tune  # noqa: E402
 from onebit_engine.gemm import get_backend  # noqa: E402
 from onebit_engine.target import load_target  # noqa: E402
 
@@ -96,20 +94,7 @@ def main() -> int:
         jobs[("bare verify+commit", k)] = verify_commit(bare, "bare", k)
         hidden = target.verify([last] + drafts[k], states["target"].copy()).hidden[: kept[k] + 1]
         jobs[("append", k)] = (ds.copy, lambda st, h=hidden: draft.append_context(st, h))
-    times = {j: [] for j in jobs}
-    order = list(jobs) * args.reps
-    random.Random(0).shuffle(order)
-    for _ in range(3):  # warm-up
-        for j in jobs:
-            setup, fn = jobs[j]
-            fn(setup())
-    for j in order:
-        setup, fn = jobs[j]
-        arg = setup()
-        t0 = time.perf_counter()
-        fn(arg)
-        times[j].append(1e3 * (time.perf_counter() - t0))
-    ms = {j: float(np.median(v)) for j, v in times.items()}
+    ms = bench.timed_interleaved(jobs, repeats=args.reps, warmup=3)
     step, bare_step = ms[("step", 0)], ms[("bare step", 0)]
     kind = args.kind or "code and prose pooled"
     print(f"built-in pair, {args.backend} ({b.describe().get('kernel_set')}), {args.threads} thread(s), row set "

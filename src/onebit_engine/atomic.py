@@ -79,7 +79,7 @@ def sweep_stale(dest: "str | Path") -> list[Path]:
     folder = dest.parent if str(dest.parent) else Path(".")
     gone = []
     with contextlib.suppress(OSError):
-        for p in folder.glob(f".{glob_escape(dest.name)}.*.tmp*"):
+        for p in folder.glob(f".{_glob_escape(dest.name)}.*.tmp*"):
             m = _TMP.match(p.name)
             if m is not None and m.group("name") == dest.name:
                 stale = not _pid_alive(int(m.group("pid")))
@@ -92,7 +92,7 @@ def sweep_stale(dest: "str | Path") -> list[Path]:
     return gone
 
 
-def glob_escape(name: str) -> str:
+def _glob_escape(name: str) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", name)
 
 

@@ -172,5 +172,33 @@ def sweep(variants: dict[str, Callable[[Sequence[int]], Any]], prompts: Sequence
             "tokens": tokens, "rounds": rounds, "round_stats": {n: _round_stats(r, 0) for n, r in pooled.items() if r}}
 
 
-__all__ = ["run_bench", "sweep", "check_room", "compare", "check_result", "provenance_differences", "ProvenanceMismatch",
+def timed_interleaved(variants: dict[Any, tuple[Callable[[], Any], Callable[[Any], Any]]], *, repeats: int,
+                      seed: int = 0, warmup: int = 1) -> dict[Any, float]:
+    """Median ms of each variant's call, ``sweep``'s rule for any work: each repeat runs every variant once,
+    in a freshly shuffled order, after ``warmup`` untimed runs of each. A variant is ``(setup, call)``:
+    ``setup()`` (untimed, e.g. a fresh state copy) gives ``call``'s argument."""
+    import random
+    import time
+
+    if repeats < 1:
+        raise ConfigError(f"repeats={repeats} must be >= 1; give 1 or more")
+    names = list(variants)
+    for _ in range(warmup):
+        for n in names:
+            setup, call = variants[n]
+            call(setup())
+    times: dict[Any, list[float]] = {n: [] for n in names}
+    rng = random.Random(seed)
+    for _ in range(repeats):
+        rng.shuffle(names)
+        for n in names:
+            setup, call = variants[n]
+            arg = setup()
+            t0 = time.perf_counter()
+            call(arg)
+            times[n].append(1e3 * (time.perf_counter() - t0))
+    return {n: float(np.median(v)) for n, v in times.items()}
+
+
+__all__ = ["run_bench", "sweep", "timed_interleaved", "check_room", "compare", "check_result", "provenance_differences", "ProvenanceMismatch",
            "ResultError", "COMPARE_FIELDS", "SCHEMA"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 from .errors import ConfigError, ContextLimitError
@@ -11,11 +12,16 @@ def check_run(target, prompt: Sequence[int], *, max_new_tokens: int, temperature
     """The prompt as a list of ints, after refusing what no run can do: an empty prompt, a negative
     length, a negative seed, a temperature that is negative or not finite, and a prompt plus ``max_new_tokens`` past the
     model's ``max_position_embeddings``."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    max_new_tokens = _integer(max_new_tokens, "max_new_tokens")
+    if max_new_tokens < 0:
         raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+    try:
+        t = float(temperature)
+    except (TypeError, ValueError):
+        t = float("nan")
+    if isinstance(temperature, bool) or not math.isfinite(t) or t < 0:
         raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+    if seed is not None and _integer(seed, "seed") < 0:
         raise ConfigError(f"seed must be None or an integer >= 0 (numpy's rule), got {seed!r}")
     prompt = [int(t) for t in prompt]
     if not prompt:
@@ -29,3 +35,13 @@ def check_run(target, prompt: Sequence[int], *, max_new_tokens: int, temperature
             f"has max_position_embeddings={limit}; shorten the prompt or lower max_new_tokens to at most "
             f"{max(limit - len(prompt) + 1, 0)}")
     return prompt
+
+
+def _integer(v, name: str) -> int:
+    """Any integer, numpy's included (``operator.index``); not a bool, a float or a string."""
+    if isinstance(v, bool):
+        raise ConfigError(f"{name} must be an integer, got {v!r}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise ConfigError(f"{name} must be an integer, got {v!r}") from None

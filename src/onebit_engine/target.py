@@ -338,7 +338,10 @@ class Target:
         commit_verify(self, state, accepted_rows, path=path, replay_check=replay_check)
 
     def _tokens(self, tokens, state: TargetState) -> np.ndarray:
-        toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        try:
+            toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        except (OverflowError, TypeError, ValueError):
+            raise ConfigError(f"tokens must be integer ids in [0, {self.config.vocab_size}), got {str(tokens)[:60]}") from None
         if toks.size == 0:
             raise ConfigError("tokens is empty; forward/verify need at least one token")
         bad = toks[(toks < 0) | (toks >= self.config.vocab_size)]

@@ -227,20 +227,6 @@ class DistributionDraft:
     def append_context(self, state: ContextState, taps) -> None:
         state.length += _count(taps) or 0
 
-    def _nearest_is(self, row, pos: int) -> bool:
-        """``pos`` is the row's nearest reference position and at most half as far as any other one."""
-        if not self.nearest:
-            return False
-        import numpy as np
-
-        ref = np.asarray(self.reference_taps, np.float64)
-        a = np.asarray(row, np.float64)
-        if ref.shape[1:] != a.shape:
-            return False
-        d = np.abs(ref - a).reshape(len(ref), -1).max(axis=1)
-        others = np.delete(d, pos)
-        return bool(np.isfinite(d[pos]) and (others.size == 0 or 2 * d[pos] < others.min()))
-
     def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
         import numpy as np
 

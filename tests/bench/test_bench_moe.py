@@ -17,8 +17,6 @@ the same 768 active MLP channels per token, 8x the MLP weights in total.
 from __future__ import annotations
 
 import os
-import random
-import time
 
 import numpy as np
 import pytest
@@ -63,26 +61,6 @@ def _blocks(target):
     return [layer.mlp for layer in target.layers if isinstance(layer.mlp, MoeMLP)]
 
 
-def _timed_interleaved(variants: dict, repeats: int, seed: int = 0) -> dict[str, float]:
-    """Median ms of each variant; every repeat runs each variant once, in a fresh shuffled order, after
-    one untimed warm-up each. A variant is (setup, call): setup's result is call's argument, untimed."""
-    rng = random.Random(seed)
-    names = list(variants)
-    for n in names:
-        setup, call = variants[n]
-        call(setup())
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for _ in range(repeats):
-        rng.shuffle(names)
-        for n in names:
-            setup, call = variants[n]
-            arg = setup()
-            t0 = time.perf_counter()
-            call(arg)
-            times[n].append(1e3 * (time.perf_counter() - t0))
-    return {n: float(np.median(v)) for n, v in times.items()}
-
-
 def _provenance(folders, name, target, draft=None, **extra):
     t, d = folders[name]
     prov = pair_provenance(target, model_hash=checkpoint_hash(t), draft=draft,
@@ -122,7 +100,7 @@ def test_moe_verify_cost(benchmark, folders, backend):
         variants[f"dense k{k}"] = verify("dense", k)
         variants[f"moe k{k}"] = verify("moe", k)
         variants[f"moe-per-row k{k}"] = verify("moe", k, False)
-    ms = benchmark.pedantic(_timed_interleaved, args=(variants, REPEATS), rounds=1, iterations=1)
+    ms = benchmark.pedantic(bench.timed_interleaved, args=(variants,), kwargs={"repeats": REPEATS}, rounds=1, iterations=1)
     grouped(True)
     distinct, calls = {}, {}
     for k in KS:  # the experts each layer's routing touched in one verify of k+1 rows (every row set of it)

@@ -129,3 +129,12 @@ def test_bad_run_arguments(target, kw, words):
 def test_out_of_vocab_token_is_a_config_error(target):
     with pytest.raises(ConfigError, match="outside the vocabulary"):
         target.forward([target.config.vocab_size], target.new_state())
+    for bad in ([10**30], ["a"], [[1, 2], [3]]):
+        with pytest.raises(ConfigError, match="integer ids"):
+            target.forward(bad, target.new_state())
+
+
+def test_numpy_scalars_are_accepted(target):
+    want = generate(target, [1, 2], max_new_tokens=4, temperature=0.5, seed=3).tokens
+    got = generate(target, [1, 2], max_new_tokens=np.int64(4), temperature=np.float32(0.5), seed=np.uint32(3)).tokens
+    assert got == want

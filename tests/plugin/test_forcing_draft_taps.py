@@ -40,3 +40,17 @@ def test_a_wrong_row_is_still_caught(ref, wrong):
     assert problems and "position 5" in problems[0]
     if wrong == "shifted":
         assert "equals the taps of position 6" in problems[0]
+
+
+def test_a_snapshot_port_missing_a_method_fails_when_built():
+    from pytest_specverify.helpers import SnapshotCommit
+
+    class NoRestore(SnapshotCommit):
+        def forward(self, state, tokens):
+            return None
+
+        def snapshot(self, state):
+            return None
+
+    with pytest.raises(TypeError, match="restore"):
+        NoRestore()

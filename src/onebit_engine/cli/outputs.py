@@ -97,19 +97,15 @@ def _checkpoint_file(path: Path) -> str | None:
     """Why ``path`` is a checkpoint's file (a reason string), or None."""
     if (path.parent / "config.json").is_file() and (path.suffix == ".safetensors" or path.name in _CHECKPOINT_NAMES):
         return f"a file of the checkpoint in {str(path.parent)!r}"
-    if path.suffix == ".safetensors" or _looks_safetensors(path):
-        meta = _safetensors_metadata(path)
-        if meta is not None and not any(k in meta for k in OWN_KEYS):
-            return "a safetensors file of model weights (not a file this engine writes)"
+    meta = _safetensors_metadata(path)  # whatever its name
+    if meta is not None and not any(k in meta for k in OWN_KEYS):
+        return "a safetensors file of model weights (not a file this engine writes)"
     return None
 
 
-def _looks_safetensors(path: Path) -> bool:
-    return _safetensors_metadata(path) is not None
-
-
 def _safetensors_metadata(path: Path) -> dict | None:
-    """The ``__metadata__`` of a file that parses as safetensors, else None (read: 8 bytes + header)."""
+    """The ``__metadata__`` of a file whose header parses as safetensors, else None. Deliberately more
+    lenient than ``safetensors_io.read_header``: a truncated weights file is still weights to keep."""
     try:
         with open(path, "rb") as f:
             head = f.read(8)

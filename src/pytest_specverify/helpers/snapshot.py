@@ -14,6 +14,7 @@ replay check then compares keep with replay itself and skips only the port's own
 """
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -30,18 +31,23 @@ class Pending:
     rows: list[int]
 
 
-class SnapshotCommit:
+class SnapshotCommit(metaclass=ABCMeta):
+    """A port missing one of the three methods below fails when it is built, not in the middle of a check."""
+
     commit_paths: Sequence[str] = PATHS
 
     # -- to implement ------------------------------------------------------------------------------
-    def forward(self, state, tokens: Sequence[int]) -> Rows:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def forward(self, state, tokens: Sequence[int]) -> Rows:
+        """Run ``tokens`` from ``state``, advance it by their count; the rows' logits (and taps)."""
 
-    def snapshot(self, state) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def snapshot(self, state) -> Any:
+        """A deep copy of ``state``: nothing the next forward writes in place may be shared."""
 
-    def restore(self, state, snap) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def restore(self, state, snap) -> None:
+        """Put ``snap`` (from :meth:`snapshot`) back into ``state``."""
 
     # -- given ---------------------------------------------------------------------------------------
     def _pending(self, state) -> Pending | None:
