@@ -1,7 +1,7 @@
 """onebit_engine: a readable hybrid-LLM speculative-decoding engine (numpy, pluggable GEMM backends)."""
 from .config import TargetConfig
 from .errors import (
-    BackendUnavailable, CheckpointError, ConfigError, ContextLimitError, NumericalError, OnebitError, OutputError,
+    BackendUnavailable, CheckpointError, ConfigError, ContextLimitError, MissingExtra, NumericalError, OnebitError, OutputError,
     StateError, StateMismatch, WeightError,
 )
 from .gemm import available_backends, get_backend, known_backends
@@ -18,5 +18,5 @@ __all__ = [
     "get_backend", "known_backends", "available_backends", "generate", "GenerateResult", "speculative_generate", "SpecResult",
     "RoundStats", "Draft", "load_draft",
     "OnebitError", "ConfigError", "WeightError", "CheckpointError", "BackendUnavailable", "StateError", "StateMismatch",
-    "OutputError", "NumericalError", "ContextLimitError",
+    "OutputError", "NumericalError", "ContextLimitError", "MissingExtra",
 ]

@@ -18,6 +18,10 @@ class CheckpointError(OnebitError, ValueError):
     """A checkpoint folder or file cannot be read (missing, truncated, malformed)."""
 
 
+class MissingExtra(ConfigError, ImportError):
+    """An optional package is not installed; the message names the extra that brings it."""
+
+
 class BackendUnavailable(OnebitError, RuntimeError):
     """A GEMM backend was asked for but cannot run here; the message says why."""
 

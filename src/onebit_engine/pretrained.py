@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, MissingExtra
 from .jsonfile import read_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -59,10 +59,6 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, eos={self.eos_token_id}, mask={self.mask_token_id})"
-
-
-class MissingExtra(ConfigError, ImportError):
-    """An optional package is not installed; the message names the extra that brings it."""
 
 
 CLI_EXTRA = "pip install 'onebit-specverify[cli]'"

@@ -326,7 +326,8 @@ def test_broken_tokenizer_refused_naming_the_file(tmp_path, content, text):
 def test_missing_tokenizers_package_names_the_extra(tmp_path, monkeypatch):
     import sys
 
-    from onebit_engine.pretrained import MissingExtra, load_tokenizer
+    from onebit_engine.errors import MissingExtra
+    from onebit_engine.pretrained import load_tokenizer
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(MissingExtra, match=r"pip install 'onebit-specverify\[cli\]'") as e:
