@@ -14,7 +14,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_specverify_device_status(config):
     """The engine's full NPU probe (node, amdxdna driver, access, pyxrt) feeds the plugin's device marker."""
-    from onebit_engine.device import detect_npu
+    from onebit_engine.npu import detect_npu
     from pytest_specverify.device import DeviceStatus
 
     status = detect_npu(open_device=False)

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.join(os.environ.get("XILINX_XRT", "/opt/xilinx/xrt"), "python"))
 
-    from onebit_engine.device import detect_npu
+    from onebit_engine.npu import detect_npu
     from onebit_engine.gemm import npu_emulator
     from onebit_engine.gemm.xrt import XrtBackend
     from onebit_engine.gemm.xrt_layout import KernelManifest

@@ -8,10 +8,10 @@
 ``tools/train_pair.py --out``) instead of the shipped one; ``--prompts`` a prompt file of the same format.
 
 For every default (held-out) prompt and every k: tokens per round, acceptance by position, the share of
-distinct 4-grams of the output, and the wall time against ``onebit_engine.generate.generate`` on the same
+distinct 4-grams of the output, and the wall time against ``onebit_engine.loop.generate.generate`` on the same
 backend. The output must equal plain greedy decoding token for token (checked).
 
-Uses ``onebit_engine.speculative.speculative_generate`` when that module exists; otherwise a minimal
+Uses ``onebit_engine.loop.speculative.speculative_generate`` when that module exists; otherwise a minimal
 greedy loop over the engine's own ``verify`` / ``commit`` and the draft's ``append_context`` / ``propose``
 (dflash.md section 3 at T = 0).
 """
@@ -55,13 +55,13 @@ def spec_greedy(target, draft, prompt, max_new_tokens: int, k: int):
 
 def run_speculative(target, draft, prompt, max_new_tokens, k):
     try:
-        from onebit_engine.speculative import speculative_generate
+        from onebit_engine.loop.speculative import speculative_generate
     except ImportError:
         speculative_generate = None
     if speculative_generate is not None:
         res = speculative_generate(target, draft, prompt, max_new_tokens=max_new_tokens, k=k, stop_tokens=[])
         acc = [int(r.accepted) for r in res.rounds if r.proposed == k]  # full-width rounds only
-        return list(res.tokens), acc, res, "onebit_engine.speculative.speculative_generate"
+        return list(res.tokens), acc, res, "onebit_engine.loop.speculative.speculative_generate"
     toks, acc = spec_greedy(target, draft, prompt, max_new_tokens, k)
     return toks, acc, None, "tools/eval_pair.py spec_greedy (engine verify/commit + draft propose)"
 
@@ -78,8 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", help="prompt JSON file (default: the shipped default prompts)")
     args = ap.parse_args(argv)
 
-    from onebit_engine.generate import generate
-    from onebit_engine.pretrained import default_prompts, load_builtin_pair, load_tokenizer
+    from onebit_engine.loop.generate import generate
+    from onebit_engine.default_model import default_prompts, load_builtin_pair, load_tokenizer
 
     if args.pair:
         from pathlib import Path

@@ -27,10 +27,10 @@ import time
 import numpy as np
 
 from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.generate import generate
-from onebit_engine.membw import ReadStream, copy_seconds
+from onebit_engine.loop.generate import generate
+from onebit_engine.measure.membw import ReadStream, copy_seconds
 from onebit_engine.quant import FORMATS
-from onebit_engine.synthetic import hf_config_dict, random_weights, tiny_config
+from onebit_engine.target.synthetic import hf_config_dict, random_weights, tiny_config
 from onebit_engine.target import Target
 
 
@@ -395,7 +395,7 @@ def quality(args):
 def quality_trained(args):
     """The same columns on the built-in *trained* target (docs/trained-pair.md): float16 weights in float32
     as the reference, each format quantized from them, on the pair's held-out default prompts."""
-    from onebit_engine.pretrained import builtin_paths, default_prompts, load_tokenizer
+    from onebit_engine.default_model import builtin_paths, default_prompts, load_tokenizer
     from onebit_engine.target import load_target
 
     folder, tok = builtin_paths()[0], load_tokenizer()

@@ -313,7 +313,7 @@ def plot(points, path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from onebit_engine.probe import expected_tokens
+    from onebit_engine.measure.acceptance_probe import expected_tokens
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     a = np.linspace(0, 0.999, 200)

@@ -6,7 +6,7 @@
 For every k: the draft (propose k), the verify of k + 1 rows (with its lm_head), the commit of the
 expected accepted rows and the context append, each the median over --reps calls on copies of one
 prefilled state, all interleaved in a shuffled order; one plain step (1 row) the same way. E(k) comes
-from the shipped pair's held-out acceptance (``pretrained.acceptance_profile``, or --kind for one prompt
+from the shipped pair's held-out acceptance (``default_model.acceptance_profile``, or --kind for one prompt
 kind); the predicted speedup is E(k) x step / round. Also: the same step and verify with every GEMM
 replaced by a no-op, to split each into GEMM time and the rest (per-call Python, norms, recurrences).
 """
@@ -21,7 +21,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from onebit_engine import bench, pretrained, tune  # noqa: E402
+from onebit_engine.measure import bench
+
+from onebit_engine import default_model
+
+from onebit_engine.measure import tune
 from onebit_engine.gemm import get_backend  # noqa: E402
 from onebit_engine.target import load_target  # noqa: E402
 
@@ -43,9 +47,9 @@ class NoGemm:
 
 def _profile(kind: str | None, backend: str) -> list[float]:
     if kind is None:
-        return pretrained.acceptance_profile(backend)
+        return default_model.acceptance_profile(backend)
     name = "EVAL_NUMPY_HOST_INT.json" if backend == "host-int" else "EVAL_NUMPY.json"
-    runs = json.loads((pretrained.BUILTIN_DIR / name).read_text())["kinds"][kind]["by_k"]
+    runs = json.loads((default_model.BUILTIN_DIR / name).read_text())["kinds"][kind]["by_k"]
     return runs[max(runs, key=int)]["acceptance_by_position"]
 
 
@@ -59,11 +63,11 @@ def main() -> int:
     args = ap.parse_args()
     b = get_backend(args.backend, threads=args.threads) if args.backend == "host-int" else get_backend(args.backend)
     row_set = 16 if getattr(b, "row_invariant", False) else 8
-    target, draft = pretrained.load_builtin_pair(backend=b, row_set=row_set)
-    plain = target if target.row_invariant else pretrained.load_builtin_pair(backend=b, row_set=1)[0]
-    bare = load_target(pretrained.builtin_paths()[0], backend=NoGemm(), row_set=row_set)
-    tok = pretrained.load_tokenizer()
-    prompt = tok.encode(pretrained.default_code_prompt())
+    target, draft = default_model.load_builtin_pair(backend=b, row_set=row_set)
+    plain = target if target.row_invariant else default_model.load_builtin_pair(backend=b, row_set=1)[0]
+    bare = load_target(default_model.builtin_paths()[0], backend=NoGemm(), row_set=row_set)
+    tok = default_model.load_tokenizer()
+    prompt = tok.encode(default_model.default_code_prompt())
     profile = _profile(args.kind, args.backend)
     ks = [int(k) for k in args.ks.split(",")]
 

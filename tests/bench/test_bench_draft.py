@@ -24,7 +24,7 @@ import pytest
 
 from onebit_engine.draft import kernels, load_draft
 from onebit_engine.gemm import get_backend
-from onebit_engine.pretrained import builtin_paths
+from onebit_engine.default_model import builtin_paths
 from onebit_engine.target import load_target
 
 BACKENDS = ["reference", "host-int"]

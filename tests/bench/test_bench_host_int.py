@@ -5,7 +5,7 @@ Groups ``host-int-<path>-<fmt>-4096x4096-t<threads>`` hold rows 1, 8 and 16, one
 flag; the emulated VNNI path is a test aid and is not benchmarked): the verify(8)/step ratio is rows=8
 over rows=1. ``host-int-<path>-layers-<model>`` times one step's GEMMs of the built-in pair's shapes
 (``tools/host_int_report.py layers``) at 1 and 8 rows. ``memory-bandwidth`` holds a read stream of 128 MiB on 1 and 2 threads (the
-roofline of a kernel that only reads its weights; ``onebit_engine.membw``) and a numpy copy of
+roofline of a kernel that only reads its weights; ``onebit_engine.measure.membw``) and a numpy copy of
 256 MiB (read + write bytes counted); the 1-row bandwidth fraction is
 ``packed_weight_bytes / time(rows=1)`` over them. tools/host_int_report.py interleaves the same
 measurements, which is what docs/benchmarks.md quotes. The figures and
@@ -17,7 +17,7 @@ import pytest
 
 from onebit_engine.gemm import native
 from onebit_engine.gemm.host_int import DISPATCH, HostIntBackend
-from onebit_engine.membw import ReadStream
+from onebit_engine.measure.membw import ReadStream
 from onebit_engine.quant import FORMATS
 
 THREADS = [1, 2]  # explicit: the native kernel starts its own threads; numba needs NUMBA_NUM_THREADS >= 2

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.generate import generate
+from onebit_engine.loop.generate import generate
 from onebit_engine.quant import FORMATS
-from onebit_engine.synthetic import random_weights, tiny_config
+from onebit_engine.target.synthetic import random_weights, tiny_config
 from onebit_engine.target import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))

@@ -5,7 +5,7 @@ session sets both). ``tools/make_benchmarks_md.py`` runs this file and writes ``
 
 Groups (every figure is in ``extra_info``; ratios are measured inside one test, one process):
 
-* ``loop-<size>-<backend>``: plain vs speculative tokens/s (``onebit_engine.bench.run_bench``:
+* ``loop-<size>-<backend>``: plain vs speculative tokens/s (``onebit_engine.measure.bench.run_bench``:
   plain on the same row set, plain at 1 row, the loop), with the measured acceptance and the speedup
   Leviathan et al. predict from it and the measured round cost. Drafts: the real DFlash 2 draft
   (random weights: acceptance ~0) and an *oracle* draft that pays the real draft's cost but proposes
@@ -24,13 +24,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from onebit_engine import bench, load_draft, load_target
+from onebit_engine import load_draft, load_target
+
+from onebit_engine.measure import bench
 from onebit_engine.draft import write_synthetic_draft
 from onebit_engine.gemm import Linear
-from onebit_engine.generate import generate
-from onebit_engine.probe import expected_tokens
-from onebit_engine.provenance import checkpoint_hash, machine, pair_provenance
-from onebit_engine.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.loop.generate import generate
+from onebit_engine.measure.acceptance_probe import expected_tokens
+from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
+from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
 
 BACKENDS = ["reference", "host-int"]
 SIZES = {
@@ -164,10 +166,10 @@ def test_commit(benchmark, checkpoints, path, accept):
     def setup():
         st = base.copy()
         target.verify(rows, st, checkpoints=(path == "checkpoint"))
-        rec = st.pending
-        info.update(checkpoint_nbytes=rec.checkpoint_nbytes(),
-                    snapshot_nbytes=sum(s.conv.nbytes + s.rec.nbytes for s in rec.snapshot.values()),
-                    recorded_inputs_nbytes=sum(a.nbytes for d in (rec.mixed, rec.alpha, rec.beta) for a in d.values()))
+        record = st.pending
+        info.update(checkpoint_nbytes=record.checkpoint_nbytes(),
+                    snapshot_nbytes=sum(s.conv.nbytes + s.recurrent.nbytes for s in record.snapshot.values()),
+                    recorded_inputs_nbytes=sum(a.nbytes for d in (record.mixed, record.alpha, record.beta) for a in d.values()))
         return (target, st, n), {}
 
     def commit(t, st, accepted):
@@ -197,7 +199,7 @@ def weight_bytes(target) -> int:
             if isinstance(v, Linear) and id(v.packed) not in seen:
                 seen.add(id(v.packed))
                 total += int(getattr(v.packed, "nbytes"))
-            elif hasattr(v, "__dict__") and not isinstance(v, (np.ndarray, type)) and type(v).__module__.startswith("onebit_engine.target"):
+            elif hasattr(v, "__dict__") and not isinstance(v, (np.ndarray, type)) and type(v).__module__.startswith("onebit_engine.target."):
                 visit(v)
 
     visit(SimpleNamespace(head=target.lm_head))
@@ -266,10 +268,10 @@ def test_prediction_formula():
 
 def _trained():
     try:
-        from onebit_engine import pretrained
+        from onebit_engine import default_model
 
-        return pretrained if pretrained.builtin_paths() else None
-    except (ImportError, FileNotFoundError, AttributeError):
+        return default_model if default_model.builtin_paths() else None
+    except FileNotFoundError:
         return None
 
 
@@ -279,7 +281,7 @@ def test_loop_trained_pair(benchmark, backend, k):
     """The shipped trained pair, when the package has one: acceptance learned, not set by an oracle."""
     pre = _trained()
     if pre is None:
-        pytest.skip("no trained built-in pair in this install (onebit_engine.pretrained)")
+        pytest.skip("no trained built-in pair in this install (onebit_engine.default_model)")
     benchmark.group = f"loop-trained-{backend}"
     target, draft = pre.load_builtin_pair(backend=backend, row_set=8)
     one_row = pre.load_builtin_pair(backend=backend, row_set=1)[0]

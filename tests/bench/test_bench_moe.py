@@ -21,13 +21,15 @@ import os
 import numpy as np
 import pytest
 
-from onebit_engine import bench, load_draft, load_target
+from onebit_engine import load_draft, load_target
+
+from onebit_engine.measure import bench
 from onebit_engine.draft import write_synthetic_draft
-from onebit_engine.generate import generate
-from onebit_engine.moe_config import MoeConfig
-from onebit_engine.moe_mlp import MoeMLP
-from onebit_engine.provenance import checkpoint_hash, machine, pair_provenance
-from onebit_engine.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.loop.generate import generate
+from onebit_engine.target.moe_config import MoeConfig
+from onebit_engine.target.moe_mlp import MoeMLP
+from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
+from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
 
 from test_bench_loop import PROMPT, SIZES, OracleDraft  # tests/bench is not a package: pytest puts it on sys.path
 

@@ -12,10 +12,14 @@ import os
 
 import pytest
 
-from onebit_engine import bench, pretrained, tune
-from onebit_engine.generate import generate
-from onebit_engine.provenance import checkpoint_hash, machine, pair_provenance
-from onebit_engine.speculative import speculative_generate
+from onebit_engine.measure import bench
+
+from onebit_engine import default_model
+
+from onebit_engine.measure import tune
+from onebit_engine.loop.generate import generate
+from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
+from onebit_engine.loop.speculative import speculative_generate
 
 KS = (1, 2, 3, 4, 5, 7)
 THREADS = (1, 2)
@@ -31,10 +35,10 @@ def _only_when_asked(request):
 @pytest.mark.parametrize("backend", ["host-int", "reference"])
 def test_trained_pair_best_configuration(benchmark, backend):
     benchmark.group = "speedup-trained"
-    target, draft = pretrained.load_builtin_pair(backend=backend, row_set=16 if backend == "host-int" else 8)
-    plain_target = target if target.row_invariant else pretrained.load_builtin_pair(backend=backend, row_set=1)[0]
-    tok = pretrained.load_tokenizer()
-    prompts = [tok.encode(t) for t in pretrained.default_prompt_texts("code")]
+    target, draft = default_model.load_builtin_pair(backend=backend, row_set=16 if backend == "host-int" else 8)
+    plain_target = target if target.row_invariant else default_model.load_builtin_pair(backend=backend, row_set=1)[0]
+    tok = default_model.load_tokenizer()
+    prompts = [tok.encode(t) for t in default_model.default_prompt_texts("code")]
     variants, threads_of = {}, {}
     threads = tune.Threads(target, draft, plain_target)
     for th in THREADS:
@@ -54,7 +58,7 @@ def test_trained_pair_best_configuration(benchmark, backend):
     best_plain, best_loop = max(plain, key=plain.get), max(loops, key=loops.get)
     reference = doc["tokens"][best_plain]
     identical = all(doc["tokens"][n] == reference for n in loops)
-    t_dir, d_dir = pretrained.builtin_paths()[:2]
+    t_dir, d_dir = default_model.builtin_paths()[:2]
     prov = pair_provenance(target, model_hash=checkpoint_hash(t_dir), draft=draft, draft_hash=checkpoint_hash(d_dir),
                            draft_kind="trained")
     prov["host"] = machine()

@@ -85,7 +85,7 @@ def test_bench_smallest_room_runs_rounds_and_reports_a_ratio(run_json, pair):
 
 
 def test_bench_records_the_host_and_prompt_set(result):
-    from onebit_engine.provenance import prompt_set_hash
+    from onebit_engine.measure.provenance import prompt_set_hash
 
     doc = json.loads(result.read_text())
     p, host = doc["provenance"], doc["provenance"]["host"]
@@ -98,7 +98,7 @@ def test_bench_records_the_host_and_prompt_set(result):
 
 def test_bench_nulls_instead_of_nan():
     """A ratio over a zero rate is None with its reason (was NaN or a ZeroDivisionError)."""
-    from onebit_engine import bench
+    from onebit_engine.measure import bench
 
     reasons = {}
     assert bench._ratio(1.0, 0.0, "ratio_vs_plain", "plain ran at 0 tokens/s", reasons) is None

@@ -53,7 +53,7 @@ def test_json_error_is_one_object_on_stdout(run, argv):
 
 def test_closed_stdout_ends_quietly():
     """`onebit inspect ... | head -1`: the reader goes away; no traceback, the shell's SIGPIPE status."""
-    code = ("import sys; from onebit_engine.cli import main; from onebit_engine.pretrained import builtin_paths; "
+    code = ("import sys; from onebit_engine.cli import main; from onebit_engine.default_model import builtin_paths; "
             "sys.exit(main(['inspect', str(builtin_paths()[0])]))")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()  # the reader is gone before the table is written: every write fails

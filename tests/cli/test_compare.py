@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from onebit_engine import bench
-from onebit_engine.bench_compare import COMPARE_FIELDS
+from onebit_engine.measure import bench
+from onebit_engine.measure.compare import COMPARE_FIELDS
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_any_difference_refuses(doc, field, how):
     other = copy.deepcopy(doc)
     holder, key = _path(other, field)
     if how == "changed" and field == "prompt_set_hash":  # the hash must stay the hash of config.prompts
-        from onebit_engine.provenance import prompt_set_hash
+        from onebit_engine.measure.provenance import prompt_set_hash
 
         other["config"]["prompts"] = [[7, 7]]
         holder[key] = prompt_set_hash([[7, 7]])

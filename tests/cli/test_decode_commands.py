@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-gen_module = importlib.import_module("onebit_engine.generate")  # the package re-exports the function under that name
+gen_module = importlib.import_module("onebit_engine.loop.generate")  # the package re-exports the function under that name
 
 
 def test_generate_builtin_prints_tokens_and_rate(run):

@@ -93,7 +93,7 @@ def test_own_stage_file_may_be_replaced(run, pair, cap):
 
 
 def test_missing_folder_refused_before_any_work(run, pair, tmp_path, monkeypatch):
-    from onebit_engine import bench
+    from onebit_engine.measure import bench
 
     def never(*a, **k):
         raise AssertionError("measured although --out cannot be written")

@@ -1,7 +1,7 @@
 """onebit probe capture | draft | score, and the stage files' refusals."""
 import pytest
 
-from onebit_engine import probe
+from onebit_engine.measure import acceptance_probe as probe
 
 
 @pytest.fixture(scope="module")

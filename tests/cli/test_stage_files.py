@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save
 
-from onebit_engine import probe, stagefile
+from onebit_engine.measure import acceptance_probe as probe
+
+from onebit_engine.measure import stagefile
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from onebit_engine.generate import generate
+from onebit_engine.loop.generate import generate
 
 
 @dataclass

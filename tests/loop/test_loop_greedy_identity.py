@@ -5,10 +5,10 @@ import pytest
 from onebit_engine import ConfigError, COMMIT_PATHS
 from onebit_engine.draft import load_draft
 from onebit_engine.draft.synthetic import write_synthetic_draft
-from onebit_engine.generate import generate
+from onebit_engine.loop.generate import generate
 from onebit_engine.gemm import available_backends, get_backend
-from onebit_engine.speculative import speculative_generate
-from onebit_engine.synthetic import random_target, tiny_config
+from onebit_engine.loop.speculative import speculative_generate
+from onebit_engine.target.synthetic import random_target, tiny_config
 
 from .stubs import ScriptedDraft
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from onebit_engine import ConfigError, ContextLimitError, NumericalError
-from onebit_engine.generate import generate
-from onebit_engine.speculative import speculative_generate
-from onebit_engine.synthetic import random_target, tiny_config
+from onebit_engine.loop.generate import generate
+from onebit_engine.loop.speculative import speculative_generate
+from onebit_engine.target.synthetic import random_target, tiny_config
 
 from .stubs import ScriptedDraft
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onebit_engine import speculative as spec
-from onebit_engine.speculative import speculative_generate
+from onebit_engine.loop import speculative as spec
+from onebit_engine.loop.speculative import speculative_generate
 
 from .stubs import BigramDraft, BigramTarget
 
@@ -144,8 +144,8 @@ def test_real_pair_first_speculative_token(tmp_path):
     """The hybrid target and a real DFlash draft at T = 0.8: t1 | t0 follows the target's p."""
     from onebit_engine.draft import load_draft
     from onebit_engine.draft.synthetic import write_synthetic_draft
-    from onebit_engine.sampling import probs
-    from onebit_engine.synthetic import random_target, tiny_config
+    from onebit_engine.loop.sampling import probs
+    from onebit_engine.target.synthetic import random_target, tiny_config
 
     cfg = tiny_config(vocab_size=8)
     target = random_target(cfg, 4, scale=0.7)

@@ -88,7 +88,7 @@ CHECKS = {"long_context": _long_context, "forced_acceptance_k0": _forced_k0, "fo
 # mutant -> (the check that catches it, text its failure message must contain)
 TABLE = {
     "conv_not_restored": ("commit_equivalence", "array 'layer.0.conv'"),
-    "recurrent_not_restored": ("commit_equivalence", "array 'layer.0.rec'"),
+    "recurrent_not_restored": ("commit_equivalence", "array 'layer.0.recurrent'"),
     "full_accept_branch_on_partial": ("commit_equivalence", "commit path 'keep', k=1, rows"),
     "snapshot_after_verify": ("commit_equivalence", "array 'layer.0."),
     "kv_not_trimmed": ("commit_equivalence", "too many along axis 1"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy  # noqa: F401  imported before pytester's sys.modules snapshot, so in-process runs can use it
 import pytest
 
-import onebit_engine.speculative  # noqa: F401  (same reason)
+import onebit_engine.loop.speculative  # noqa: F401  (same reason)
 import tests.ports.mutants  # noqa: F401
 
 # Modules that in-process runs would import lazily: pytester drops them from sys.modules afterwards, and

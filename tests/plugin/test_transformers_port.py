@@ -78,12 +78,12 @@ def _sampling(port, temperature=1.0):
 
 
 def test_cropped_cache_without_the_recurrent_state_is_caught(hf):
-    with pytest.raises(SpecVerifyFailure, match=r"commit path 'keep'.*array 'layer.0.(conv|rec)'"):
+    with pytest.raises(SpecVerifyFailure, match=r"commit path 'keep'.*array 'layer.0.(conv|recurrent)'"):
         _commit(_port(hf, CropWithoutRestore))
 
 
 def test_a_shallow_snapshot_is_caught(hf):
-    with pytest.raises(SpecVerifyFailure, match=r"array 'layer.0.(conv|rec)'"):
+    with pytest.raises(SpecVerifyFailure, match=r"array 'layer.0.(conv|recurrent)'"):
         _commit(_port(hf, ShallowSnapshot))
 
 

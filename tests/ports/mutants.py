@@ -1,7 +1,7 @@
 """Deliberately broken ports: each breaks one thing a speculative engine can get wrong.
 
 ``build(name)`` returns a ``SpecPort``. Target-level mutants of the hybrid engine subclass
-``onebit_engine.target.Target`` (they need its GDN conv/recurrent state); KV and loop mutants break the
+``onebit_engine.target.model.Target`` (they need its GDN conv/recurrent state); KV and loop mutants break the
 second port (``qwen3_numpy``), whose loop this suite owns. ``tests/plugin/test_mutants_caught.py``
 holds the table of which check catches which mutant.
 """
@@ -16,7 +16,7 @@ from tests.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _probs
 
 # -- hybrid engine (onebit_engine) target mutants --------------------------------------------------------
 def _onebit_port(target_class, name):
-    from onebit_engine.synthetic import random_weights, tiny_config
+    from onebit_engine.target.synthetic import random_weights, tiny_config
     from pytest_specverify.adapters.onebit import TINY, OnebitPort
 
     cfg = tiny_config(**TINY)
@@ -24,7 +24,7 @@ def _onebit_port(target_class, name):
 
 
 def _engine_mutants():
-    from onebit_engine.state import GDNLayerState
+    from onebit_engine.target.state import GDNLayerState
     from onebit_engine.target import Target
 
     def gdn(state):
@@ -48,7 +48,7 @@ def _engine_mutants():
             super().commit(state, accepted_rows, **kw)
             if partial:
                 for i, s in after.items():
-                    state.layers[i].rec = s.rec
+                    state.layers[i].recurrent = s.recurrent
 
     class FullAcceptBranchOnPartial(Target):
         """The keep path's "full accept: keep the batch state" branch also fires when one row is rejected."""
@@ -95,8 +95,8 @@ def _engine_mutants():
             def __getattr__(self, name):
                 return getattr(self.inner, name)
 
-            def __call__(self, h, n, st, pos, i, rec):
-                return self.inner(h, n, st, pos % 256 if self.owner._decode else pos, i, rec)
+            def __call__(self, h, n, st, pos, i, recorder):
+                return self.inner(h, n, st, pos % 256 if self.owner._decode else pos, i, recorder)
 
         def __init__(self, *args, **kw):
             super().__init__(*args, **kw)
@@ -139,8 +139,8 @@ def _engine_mutants():
 
         def verify(self, tokens, state, **kw):
             out = super().verify(tokens, state, **kw)
-            rec = state.pending
-            for d in (rec.mixed, rec.alpha, rec.beta):
+            record = state.pending
+            for d in (record.mixed, record.alpha, record.beta):
                 for i, a in d.items():
                     n = len(a)  # slot j % 8 ends up holding the last row written to it
                     d[i] = a[[t % 8 + 8 * ((n - 1 - t % 8) // 8) for t in range(n)]]

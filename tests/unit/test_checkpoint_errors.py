@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from onebit_engine import CheckpointError, ConfigError, WeightError, load_target
-from onebit_engine.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
 
 
 @pytest.fixture()
@@ -314,7 +314,7 @@ def test_draft_bad_values_refused(tmp_path, edit, text):
     (b'{"model": {"type": "NoSuchModel"}}', "the tokenizers library cannot build this tokenizer.json"),
 ])
 def test_broken_tokenizer_refused_naming_the_file(tmp_path, content, text):
-    from onebit_engine.pretrained import load_tokenizer
+    from onebit_engine.default_model import load_tokenizer
 
     path = tmp_path / "tokenizer.json"
     path.write_bytes(content)
@@ -327,7 +327,7 @@ def test_missing_tokenizers_package_names_the_extra(tmp_path, monkeypatch):
     import sys
 
     from onebit_engine.errors import MissingExtra
-    from onebit_engine.pretrained import load_tokenizer
+    from onebit_engine.default_model import load_tokenizer
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(MissingExtra, match=r"pip install 'onebit-specverify\[cli\]'") as e:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from onebit_engine import COMMIT_PATHS, StateError, StateMismatch
-from onebit_engine.synthetic import random_target, tiny_config
+from onebit_engine.target.synthetic import random_target, tiny_config
 
 K = 6
 PROMPT = [5, 9, 14, 3, 77, 21, 60, 2, 33, 41, 8]
@@ -46,7 +46,7 @@ def test_keep_path_full_accept_keeps_batch_state(target):
     st = target.new_state()
     target.forward(PROMPT, st)
     target.verify(DRAFT, st)
-    before = {k: v.copy() for k, v in st.arrays().items() if k.endswith(("conv", "rec"))}
+    before = {k: v.copy() for k, v in st.arrays().items() if k.endswith(("conv", "recurrent"))}
     ids = {i: id(s) for i, s in enumerate(st.layers)}
     target.commit(st, len(DRAFT), path="keep")
     assert all(id(s) == ids[i] for i, s in enumerate(st.layers))
@@ -58,8 +58,8 @@ def test_replay_check_names_layer_and_array(target):
     st = target.new_state()
     target.forward(PROMPT, st)
     target.verify(DRAFT, st)
-    st.layers[0].rec[0, 0, 0] += 1e-3  # a corrupted batch state that 'keep' would keep
-    with pytest.raises(StateMismatch, match=r"layer 0 array 'rec'.*max \|diff\| = 1\.0"):
+    st.layers[0].recurrent[0, 0, 0] += 1e-3  # a corrupted batch state that 'keep' would keep
+    with pytest.raises(StateMismatch, match=r"layer 0 array 'recurrent'.*max \|diff\| = 1\.0"):
         target.commit(st, len(DRAFT), path="keep", replay_check=True)
     assert_same_state(st, sequential(target, PROMPT + DRAFT))  # left holding the reference state
 
@@ -83,6 +83,6 @@ def test_commit_misuse_is_refused(target):
 def test_checkpoint_memory_is_rows_times_state(target):
     st = target.new_state()
     target.forward(PROMPT, st)
-    gdn_bytes = sum(v.nbytes for k, v in st.arrays().items() if k.endswith(("conv", "rec")))
+    gdn_bytes = sum(v.nbytes for k, v in st.arrays().items() if k.endswith(("conv", "recurrent")))
     target.verify(DRAFT, st, checkpoints=True)
     assert st.pending.checkpoint_nbytes() == len(DRAFT) * gdn_bytes

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from onebit_engine import TargetConfig, load_target
-from onebit_engine.config import SUPPORTED_MODEL_TYPES
+from onebit_engine.target.config import SUPPORTED_MODEL_TYPES
 from onebit_engine.ops import gated_delta
 from onebit_engine.ops.gated_delta_fast import gdn_mixer_rows
 
@@ -49,7 +49,7 @@ def engine_arrays(name: str, recurrence: str = "numpy") -> dict[str, np.ndarray]
     for i, layer in enumerate(st.layers):
         if hasattr(layer, "conv"):
             out[f"cache.{i}.conv"] = layer.conv.copy()  # the last K-1 columns; HF keeps K (see errors())
-            out[f"cache.{i}.recurrent"] = layer.rec.copy()  # copies: the compiled path updates in place
+            out[f"cache.{i}.recurrent"] = layer.recurrent.copy()  # copies: the compiled path updates in place
         else:
             out[f"cache.{i}.keys"], out[f"cache.{i}.values"] = layer.prefix(layer.length)
     out["step_logits"] = np.stack([target.forward([t], st).logits[0] for t in m["steps"]])
@@ -103,15 +103,18 @@ _TargetConfig_rot_dim = TargetConfig.rot_dim
 
 
 def _mutate(mp: pytest.MonkeyPatch, mutation: str) -> None:
-    import onebit_engine.moe_mlp as moe_mlp
-    import onebit_engine.target as target_mod
+    import onebit_engine.target.moe_mlp as moe_mlp
+    import onebit_engine.target.layers as layers_mod
+    import onebit_engine.target.model as model_mod
     from onebit_engine.ops.moe import route
     from onebit_engine.ops.norm import rms_norm_zc
 
     if mutation == "delta-rule-sign":
         mp.setattr(gated_delta, "delta_rule_step", _negated_update)
     elif mutation == "rmsnorm-no-centring":  # x / rms(x) * w instead of * (1 + w)
-        mp.setattr(target_mod, "rms_norm_zc", lambda x, w, eps: rms_norm_zc(x, w - np.float32(1.0), eps))
+        uncentred = lambda x, w, eps: rms_norm_zc(x, w - np.float32(1.0), eps)  # noqa: E731
+        mp.setattr(layers_mod, "rms_norm_zc", uncentred)
+        mp.setattr(model_mod, "rms_norm_zc", uncentred)
     elif mutation == "rope-full-rotary":  # partial_rotary_factor ignored: every dim rotated
         mp.setattr(TargetConfig, "rot_dim", property(lambda self: self.head_dim))
     elif mutation == "moe-no-renormalise":  # top-k weights left as softmax probabilities

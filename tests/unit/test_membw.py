@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from onebit_engine.membw import ReadStream, copy_seconds
+from onebit_engine.measure.membw import ReadStream, copy_seconds
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from onebit_engine import load_target
-from onebit_engine.pretrained import (
+from onebit_engine.default_model import (
     BUILTIN_DIR, builtin_paths, default_code_prompt, default_prompts, training_info,
 )
 
 tokenizers = pytest.importorskip("tokenizers")
 
-from onebit_engine.pretrained import load_tokenizer  # noqa: E402
+from onebit_engine.default_model import load_tokenizer  # noqa: E402
 
 MIN_DISTINCT4 = 0.5  # share of distinct 4-grams in 64 greedy tokens; a repetition loop scores far lower
 
@@ -86,7 +86,7 @@ def test_default_prompts_are_held_out():
 def test_greedy_output_on_every_default_prompt_is_varied(target, tok, kind):
     """Repetition loops inflate acceptance while the text is garbage: every default prompt's greedy
     continuation must stay varied, on code and on prose."""
-    from onebit_engine.generate import generate
+    from onebit_engine.loop.generate import generate
 
     for p in default_prompts(kind):
         res = generate(target, tok.encode(p["text"]), max_new_tokens=64, stop_tokens=[])
@@ -106,7 +106,7 @@ def test_draft_loads_and_speculates(target, tok):
     """The shipped draft's greedy rounds on held-out code prompts: drafted tokens really are the
     target's (a draft of this vocabulary that never matches gives 1 token per round)."""
     from onebit_engine.draft import load_draft
-    from onebit_engine.speculative import speculative_generate
+    from onebit_engine.loop.speculative import speculative_generate
 
     draft = load_draft(builtin_paths()[1], target)
     assert draft.config.version == 2 and draft.config.mask_token_id == tok.mask_token_id

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from onebit_engine import CheckpointError, load_target
-from onebit_engine.safetensors_io import MAX_HEADER, read_header
-from onebit_engine.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.checkpoint.safetensors import MAX_HEADER, read_header
+from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
 
 
 def _write(path, header, data: bytes, raw_header: bytes | None = None):
@@ -192,7 +192,7 @@ def test_integer_views_of_floats_in_data_are_read_exactly(tmp_path):
     """An I32 tensor that is valid safetensors still reads (the dtype rule is the loader's, per tensor)."""
     v = np.arange(3, dtype=np.int32)
     path = _write(tmp_path / "i.safetensors", {"i": {"dtype": "I32", "shape": [3], "data_offsets": [0, 12]}}, v.tobytes())
-    from onebit_engine.safetensors_io import iter_tensors
+    from onebit_engine.checkpoint.safetensors import iter_tensors
 
     assert np.array_equal(dict(iter_tensors(path))["i"], v)
 

@@ -10,7 +10,7 @@ import pytest
 from onebit_engine.ops.gated_delta_fast import gdn_mixer_rows
 from onebit_engine.ops.norm import rms_norm, rms_norm_zc, silu
 from onebit_engine.ops.norm_fast import rms_norm_rows, silu_mul
-from onebit_engine.synthetic import random_target, tiny_config
+from onebit_engine.target.synthetic import random_target, tiny_config
 
 pytestmark = pytest.mark.skipif(gdn_mixer_rows is None, reason="numba is not installed (the fast extra)")
 
@@ -60,7 +60,7 @@ def test_compiled_target_follows_the_numpy_twin_over_a_long_context(cfg):
 def test_compiled_state_updates_never_reach_an_array_the_state_does_not_own():
     """The compiled path updates the delta-net state in place: a state holding views of another array
     (say, a verify's per-row checkpoints) must be copied first, never written through."""
-    from onebit_engine.state import GDNLayerState
+    from onebit_engine.target.state import GDNLayerState
 
     c = tiny_config()
     t = random_target(c, 7, recurrence="numba")
@@ -68,10 +68,10 @@ def test_compiled_state_updates_never_reach_an_array_the_state_does_not_own():
     t.forward([1, 2, 3], st)
     ref = st.copy()
     i = next(j for j, layer in enumerate(st.layers) if isinstance(layer, GDNLayerState))
-    conv_base, rec_base = np.stack([st.layers[i].conv] * 2), np.stack([st.layers[i].rec] * 2)
+    conv_base, rec_base = np.stack([st.layers[i].conv] * 2), np.stack([st.layers[i].recurrent] * 2)
     st.layers[i] = GDNLayerState(conv_base[0], rec_base[0])  # views, not owners
     before = conv_base.copy(), rec_base.copy()
     got, want = t.forward([4, 5], st).logits, t.forward([4, 5], ref).logits
     assert np.array_equal(conv_base, before[0]) and np.array_equal(rec_base, before[1])
     assert np.array_equal(got, want)
-    assert np.array_equal(st.layers[i].rec, ref.layers[i].rec)
+    assert np.array_equal(st.layers[i].recurrent, ref.layers[i].recurrent)

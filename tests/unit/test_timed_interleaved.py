@@ -2,7 +2,7 @@
 call, in an order that changes between repeats (a fixed order shows gains that are only the order)."""
 import pytest
 
-from onebit_engine import bench
+from onebit_engine.measure import bench
 from onebit_engine.errors import ConfigError
 
 

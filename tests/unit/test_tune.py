@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from onebit_engine import tune
+from onebit_engine.measure import tune
 from onebit_engine.draft import write_synthetic_draft, load_draft
-from onebit_engine.synthetic import random_target, tiny_config
+from onebit_engine.target.synthetic import random_target, tiny_config
 
 
 def test_expected_tokens():

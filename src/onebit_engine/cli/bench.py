@@ -4,10 +4,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .. import bench
 from ..atomic import atomic_write_text
+from ..checkpoint.jsonfile import read_json
 from ..errors import ConfigError, OutputError
-from ..jsonfile import read_json
+from ..measure import bench
 from . import models, ui
 
 
@@ -22,7 +22,7 @@ def cmd_bench(args) -> int:
     prov = loaded.provenance(mode="bench")
     prov["plain_1row_row_set"] = one_row.row_set
     prov["threads"] = args.threads or 1  # BLAS and host-int threads (cli/__init__.py: default 1)
-    from ..provenance import machine
+    from ..measure.provenance import machine
 
     prov["host"] = machine()
     with ui.Bar(args.repeats * len(prompts) * 3, "bench", ui.progress_enabled(args)) as bar:

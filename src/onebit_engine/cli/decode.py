@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from .. import tune
+from ..measure import tune
 from . import models, tuning, ui
 
 
@@ -35,7 +35,7 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def cmd_generate(args) -> int:
-    from ..generate import generate
+    from ..loop.generate import generate
 
     loaded = models.load(args, need_draft=False)
     prompt = models.prompt(args, loaded)
@@ -60,8 +60,8 @@ def _text(tokens, loaded) -> str | None:
 
 
 def cmd_loop(args) -> int:
-    from ..generate import generate
-    from ..speculative import speculative_generate
+    from ..loop.generate import generate
+    from ..loop.speculative import speculative_generate
 
     if args.check is None:  # default: check (and show the speedup) whenever identity is the claim
         args.check = args.temperature == 0
@@ -112,9 +112,9 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads) -> tuple[dict, li
     """The check's speed figures: the loop and plain decoding at its fastest, SPEED_REPEATS runs each,
     interleaved in a shuffled order (one run after the other in a fixed order shows 10-20% that is only
     the order on a shared machine); medians of tokens/s. Also plain decoding's tokens."""
-    from .. import bench
-    from ..generate import generate
-    from ..speculative import speculative_generate
+    from ..loop.generate import generate
+    from ..loop.speculative import speculative_generate
+    from ..measure import bench
 
     variants = {
         "loop": lambda p: speculative_generate(loaded.target, loaded.draft, p, max_new_tokens=args.max_new_tokens, k=plan.k,

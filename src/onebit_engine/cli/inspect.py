@@ -7,14 +7,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, WeightError
-from ..target_weights import value_problems
+from ..target.weights import value_problems
 from . import models, ui
 
 _BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 def _tensors(files: list[Path]) -> list[dict[str, Any]]:
-    from ..safetensors_io import read_header
+    from ..checkpoint.safetensors import read_header
 
     out = []
     for f in files:
@@ -45,7 +45,12 @@ def describe(path: "str | Path") -> dict[str, Any]:
 
     A folder written by ``onebit quantize --out DIR`` reports the quantization of its
     ``quantized.safetensors`` (formats and weights) and lists that file's tensors with the float ones."""
-    from ..safetensors_io import QUANT_FILE, checkpoint_files, read_config, read_header
+    from ..checkpoint.safetensors import (
+        QUANT_FILE,
+        checkpoint_files,
+        read_config,
+        read_header,
+    )
 
     p = Path(path)
     if not p.exists():
@@ -63,7 +68,7 @@ def describe(path: "str | Path") -> dict[str, Any]:
                 "version", "block_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "head_dim", "intermediate_size", "target_layer_ids", "mask_token_id", "vocab_size")}
         else:
-            from ..config import TargetConfig
+            from ..target.config import TargetConfig
 
             c = TargetConfig.from_hf(raw, source=source)
             kind, cfg = "target", {k: getattr(c, k) for k in (
@@ -71,7 +76,7 @@ def describe(path: "str | Path") -> dict[str, Any]:
                 "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
                 "tie_word_embeddings")}
             if c.moe is not None:  # mixture of experts: experts, top-k, active vs total parameters
-                from ..moe_weights import moe_summary
+                from ..target.weights import moe_summary
 
                 cfg["moe"] = moe_summary(c)
         dtypes = sorted({t["dtype"] for t in tensors})
@@ -89,7 +94,9 @@ def describe(path: "str | Path") -> dict[str, Any]:
             quant = _quantization(p, meta, tensors)
             kind, cfg = "quantized", {"format_version": quant["format_version"]}
         elif "onebit.stage" in meta:
-            from ..stagefile import read  # the checked read: one line for a corrupt or foreign stage file
+            from ..measure.stagefile import (
+                read,  # the checked read: one line for a corrupt or foreign stage file
+            )
 
             head, _ = read(p, None)
             kind, cfg = f"stage ({head.get('kind')})", {"version": head.get("version"), **head.get("payload", {})}
@@ -149,8 +156,8 @@ def _write_servable_folder(dest: Path, source: Path, tensors: dict, quantized: d
     from safetensors.numpy import save_file
 
     from ..atomic import atomic_folder
+    from ..checkpoint.safetensors import QUANT_FILE
     from ..quant import save_quantized
-    from ..safetensors_io import QUANT_FILE
 
     with atomic_folder(dest) as tmp:
         shutil.copyfile(source / "config.json", tmp / "config.json")
@@ -162,9 +169,9 @@ def _write_servable_folder(dest: Path, source: Path, tensors: dict, quantized: d
 def _check_config(folder: Path, *, servable: bool) -> None:
     """The folder's config must be one this engine reads (a target's; a draft's too for a weights-only
     .safetensors output), so a broken checkpoint is refused before any weight is quantized."""
-    from ..config import TargetConfig
+    from ..checkpoint.safetensors import read_config
     from ..draft.config import DraftConfig
-    from ..safetensors_io import read_config
+    from ..target.config import TargetConfig
 
     raw = read_config(folder)
     if servable or not isinstance(raw, dict) or "dflash_config" not in raw:
@@ -175,11 +182,11 @@ def _check_config(folder: Path, *, servable: bool) -> None:
 
 def cmd_quantize(args) -> int:
     from ..atomic import atomic_write_with
+    from ..checkpoint.safetensors import load_folder_tensors
     from ..quant import quantize_weight, save_quantized
-    from ..safetensors_io import load_folder_tensors
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
-    from ..moe_weights import split_fused_experts
+    from ..target.moe_weights import split_fused_experts
 
     _check_config(folder, servable=not str(args.out).endswith(".safetensors"))
     tensors = split_fused_experts(load_folder_tensors(folder))  # fused 3-D experts: one projection per expert

@@ -9,18 +9,16 @@ built-in model.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import default_model
+from ..checkpoint.jsonfile import read_json
 from ..errors import ConfigError
-from ..jsonfile import read_json
 
-BUILTIN_KEY = "builtin-random-v1"
 DEFAULT_IDS = [1, 2, 3, 4]
 
 
@@ -32,57 +30,18 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "onebit"
 
 
-def _pretrained():
-    try:
-        from .. import pretrained  # the trained built-in pair, when it ships
-    except ImportError:
-        return None
-    return pretrained if hasattr(pretrained, "builtin_paths") else None
-
-
 TRAINED_SOURCE = "built-in trained pair"
 
 
 def builtin_paths() -> tuple[Path, Path, str, Path | None]:
     """(target folder, draft folder, description, tokenizer file or None) of the built-in pair."""
-    pre = _pretrained()
-    missing = ""
-    if pre is not None:
-        try:
-            paths = pre.builtin_paths()
-        except FileNotFoundError as e:  # the trained pair is not (yet) in this install
-            missing = f"; trained pair unavailable: {str(e).split(';')[0]}"
-        else:
-            tok = Path(paths[2]) if len(paths) > 2 else None
-            return Path(paths[0]), Path(paths[1]), TRAINED_SOURCE, tok
-    folder = cache_dir() / BUILTIN_KEY
-    if not (folder / "target" / "config.json").exists() or not (folder / "draft" / "config.json").exists():
-        _write_builtin(folder)
-    return folder / "target", folder / "draft", f"built-in random pair ({folder}{missing})", None
-
-
-def _write_builtin(folder: Path) -> None:
-    """Seeded random target + DFlash 2 draft, written to a temporary folder then renamed into place
-    (two processes racing keep one complete copy)."""
-    from ..builtin import BUILTIN_SEED, default_target
-    from ..draft import write_synthetic_draft
-    from ..synthetic import random_weights, write_checkpoint
-
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        cfg = default_target().config
-        write_checkpoint(tmp / "target", cfg, random_weights(cfg, BUILTIN_SEED))
-        write_synthetic_draft(tmp / "draft", cfg, version=2, block_size=8, seed=BUILTIN_SEED + 1)
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if (folder / "target" / "config.json").exists() and (folder / "draft" / "config.json").exists():
-                return  # another process finished first; its copy is the same seeded pair
-            shutil.rmtree(folder)  # an incomplete copy left by an interrupted run
-            os.rename(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        target_dir, draft_dir, tok = default_model.builtin_paths()
+    except FileNotFoundError as e:  # the trained pair is not in this install: the seeded random pair
+        target_dir, draft_dir = default_model.random_pair(cache_dir())
+        missing = str(e).split(";")[0]
+        return target_dir, draft_dir, f"built-in random pair ({target_dir.parent}; trained pair unavailable: {missing})", None
+    return target_dir, draft_dir, TRAINED_SOURCE, tok
 
 
 def resolve_backend(name: str) -> str:
@@ -127,10 +86,10 @@ class Loaded:
     @property
     def default_k(self) -> int | None:
         """The trained pair's measured best k (``pretrained.RECOMMENDED_K``); other drafts: block - 1."""
-        return _pretrained().RECOMMENDED_K if self.builtin_trained else None
+        return default_model.RECOMMENDED_K if self.builtin_trained else None
 
     def provenance(self, **extra: Any) -> dict[str, Any]:
-        from ..provenance import pair_provenance
+        from ..measure.provenance import pair_provenance
 
         return pair_provenance(self.target, model_hash=self.model_hash, draft=self.draft, draft_hash=self.draft_hash,
                                model_path=str(self.target_path), draft_path=str(self.draft_path) if self.draft_path else None,
@@ -140,7 +99,7 @@ class Loaded:
 def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | None = None) -> Loaded:
     """Load the target (and the draft) the flags name, on the flags' backends and row set."""
     from ..draft import load_draft
-    from ..provenance import checkpoint_hash
+    from ..measure.provenance import checkpoint_hash
     from ..target import load_target
 
     model, draft = getattr(args, "model", None), getattr(args, "draft", None)
@@ -188,14 +147,7 @@ def load_tokenizer(path: Path):
     before any decoding work, than as a traceback after it (or as a silent run without text)."""
     if not path.is_file():
         return None
-    pre = _pretrained()
-    if pre is not None and hasattr(pre, "load_tokenizer"):
-        return pre.load_tokenizer(path)
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        return None
-    return Tokenizer.from_file(str(path))
+    return default_model.load_tokenizer(path)
 
 
 def encode(tok, text: str) -> list[int]:
@@ -281,9 +233,8 @@ def _item(x, loaded: Loaded, where: str) -> list[int]:
 
 def default_prompts(loaded: Loaded) -> list[list[int]]:
     """Text prompts shipped with the trained pair; else four seeded token-id prompts."""
-    pre = _pretrained()
-    if loaded.builtin_trained and loaded.tokenizer is not None and hasattr(pre, "default_prompts"):
-        texts = pre.default_prompts()
+    if loaded.builtin_trained and loaded.tokenizer is not None:
+        texts = default_model.default_prompts()
         got = [encode(loaded.tokenizer, t if isinstance(t, str) else t.get("text", "")) for t in texts]
         got = [g for g in got if g]
         if got:

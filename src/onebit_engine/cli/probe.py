@@ -1,7 +1,7 @@
-"""``onebit probe capture | draft | score``: acceptance measured in stages (see ``onebit_engine.probe``)."""
+"""``onebit probe capture | draft | score``: acceptance measured in stages (see ``onebit_engine.measure.acceptance_probe``)."""
 from __future__ import annotations
 
-from .. import probe
+from ..measure import acceptance_probe as probe
 from . import models, ui
 
 

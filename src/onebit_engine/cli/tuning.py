@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .. import tune
+from ..measure import tune
 from . import models
 
 K_CANDIDATES = (1, 2, 3, 4, 5, 7, 9, 11, 15)
@@ -43,7 +43,7 @@ class Plan:
 
 
 def plan(args, loaded, plain_target, prompt, threads) -> Plan:
-    from ..speculative import speculative_generate
+    from ..loop.speculative import speculative_generate
 
     top = loaded.draft.config.block_size - 1
     ks = [models.check_k(args.k, loaded.draft)] if args.k else sorted({k for k in K_CANDIDATES if k <= top} | {top})
@@ -53,9 +53,9 @@ def plan(args, loaded, plain_target, prompt, threads) -> Plan:
     if len(ks) == 1 and len(counts) == 1:
         return Plan(ks[0], counts[0], counts[0], **common)
     if loaded.builtin_trained:
-        from .. import pretrained
+        from .. import default_model
 
-        profile = pretrained.acceptance_profile(backend)
+        profile = default_model.acceptance_profile(backend)
         source = "the shipped pair's acceptance on its held-out prompts"
     else:
         threads.set(counts[0])

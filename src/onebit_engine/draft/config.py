@@ -14,9 +14,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..config import MAX_LAYERS
-from ..config_check import Field, Problems, lookup, read_field, read_int_list, read_name_list, read_object, show, top_object, typed
+from ..checkpoint.fields import (
+    Field,
+    Problems,
+    lookup,
+    read_field,
+    read_int_list,
+    read_name_list,
+    read_object,
+    show,
+    top_object,
+    typed,
+)
 from ..errors import ConfigError
+from ..target.config import MAX_LAYERS
 
 DRAFT_ARCHITECTURES = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2}
 DRAFT_LAYER_TYPES = ("full_attention", "sliding_attention")

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..config_check import first_few
+from ..checkpoint.fields import first_few
+from ..checkpoint.safetensors import load_folder_tensors, read_config
 from ..errors import ConfigError, WeightError
 from ..gemm import Linear, get_backend
-from ..safetensors_io import load_folder_tensors, read_config
-from ..target_weights import value_problems
+from ..target.weights import value_problems
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
 from .model import Draft, DraftLayer

@@ -21,6 +21,7 @@ input is shared (q/k/v of the block, k/v of the context, gate/up).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import StateError

@@ -13,8 +13,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ConfigError
-from ..ops.attention import attend_row
 from ..ops import norm_fast
+from ..ops.attention import attend_row
 from ..ops.norm import rms_norm, silu
 from . import kernels
 from .conv import grouped_dynamic_conv

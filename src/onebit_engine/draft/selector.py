@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..gemm import Linear
-from ..sampling import draw
+from ..loop.sampling import draw
 
 F32 = np.float32
 

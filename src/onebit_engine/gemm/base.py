@@ -65,7 +65,9 @@ class Linear:
         split its output with ``np.split(y, offsets, axis=1)``. Fewer, larger calls per token."""
         if all(isinstance(w, np.ndarray) for w in weights):
             return cls.from_weight(np.concatenate(weights, axis=0), backend, row_set, name)
-        from ..quant import concat_rows  # a pre-quantized checkpoint: fuse the packed rows
+        from ..quant import (
+            concat_rows,  # a pre-quantized checkpoint: fuse the packed rows
+        )
 
         return cls.from_weight(concat_rows(list(weights)), backend, row_set, name)
 

@@ -44,7 +44,14 @@ from . import int_kernels
 from .host_int import NUMERICS, WEIGHT_CODES, kernel_hash
 from .registry import register
 from .xrt_layout import (
-    GENERATIONS, KernelManifest, WeightPlan, c_block, m_blocks, pack_a_block, pack_weight_blocks, plan_weight,
+    GENERATIONS,
+    KernelManifest,
+    WeightPlan,
+    c_block,
+    m_blocks,
+    pack_a_block,
+    pack_weight_blocks,
+    plan_weight,
 )
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config_check import first_few, show
+from ..checkpoint.fields import first_few, show
 from ..errors import CheckpointError
 from .formats import CODES_PER_BYTE, FORMATS, QuantWeight, load_problems
 
@@ -37,7 +37,7 @@ def load_quantized(path: "str | Path") -> dict[str, QuantWeight]:
     """Read a file written by :func:`save_quantized`. Everything is checked before anything is returned:
     the safetensors layout, the header, each weight's tensors (``.qdata`` U8, ``.scale`` F32, their shapes),
     finite positive scales and codes within the format; every problem is named in one CheckpointError."""
-    from ..safetensors_io import iter_tensors, read_header
+    from ..checkpoint.safetensors import iter_tensors, read_header
 
     path = Path(path)
     if not path.is_file():

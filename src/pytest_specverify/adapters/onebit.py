@@ -80,7 +80,7 @@ class OnebitPort:
 
     # -- loops -----------------------------------------------------------------------------------
     def generate(self, prompt, *, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None) -> list[int]:
-        from onebit_engine.generate import generate
+        from onebit_engine.loop.generate import generate
 
         return list(generate(self.target, list(prompt), max_new_tokens=max_new_tokens, temperature=temperature,
                              seed=seed, stop_tokens=[]).tokens)
@@ -88,9 +88,9 @@ class OnebitPort:
     def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
                              seed: int | None = None, commit_path: str | None = None) -> SpecRun:
         try:
-            from onebit_engine.speculative import speculative_generate
+            from onebit_engine.loop.speculative import speculative_generate
         except ImportError as exc:
-            raise NotSupported(f"onebit_engine.speculative is not there yet ({exc})") from exc
+            raise NotSupported(f"onebit_engine.loop.speculative is not there yet ({exc})") from exc
         res = speculative_generate(self.target, draft, list(prompt), max_new_tokens=max_new_tokens, k=k,
                                    temperature=temperature, seed=seed, commit_path=commit_path or "keep", stop_tokens=[])
         return SpecRun(list(res.tokens), [r.accepted for r in res.rounds], [r.proposed for r in res.rounds],
@@ -106,7 +106,7 @@ def make_trained_port(options: PortOptions) -> OnebitPort:
     """Entry point ``onebit-trained``: the engine's built-in trained pair (real tokenizer, trained DFlash 2
     draft), so the default prompt texts are encoded as a user's would be and acceptance is real."""
     from onebit_engine.draft import load_draft
-    from onebit_engine.pretrained import builtin_paths, load_tokenizer
+    from onebit_engine.default_model import builtin_paths, load_tokenizer
     from onebit_engine.target import load_target
 
     target_dir, draft_dir, tok = builtin_paths()
@@ -117,7 +117,7 @@ def make_trained_port(options: PortOptions) -> OnebitPort:
 
 def make_port(options: PortOptions) -> OnebitPort:
     """Entry point of the ``specverify.ports`` group: the tiny seeded hybrid target."""
-    from onebit_engine.synthetic import random_target, tiny_config
+    from onebit_engine.target.synthetic import random_target, tiny_config
 
     target = random_target(tiny_config(**TINY), seed=1000 + options.seed, backend=options.backend or "reference",
                            row_set=options.row_set or 8)

@@ -37,14 +37,14 @@ def restore(cache, snap) -> None:
 
 def state_arrays(cache) -> dict:
     """``layer.{i}.keys`` / ``.values`` [H, T, hd] for attention layers, ``layer.{i}.conv`` [C, K] and
-    ``layer.{i}.rec`` [H, dk, dv] for linear-attention layers (batch 0), as float numpy arrays."""
+    ``layer.{i}.recurrent`` [H, dk, dv] for linear-attention layers (batch 0), as float numpy arrays."""
     out = {}
     for i, layer in enumerate(cache.layers):
         keys = getattr(layer, "keys", None)
         if keys is not None and getattr(keys, "numel", lambda: 0)() > 0:
             out[f"layer.{i}.keys"] = keys[0].detach().cpu().numpy().copy()
             out[f"layer.{i}.values"] = layer.values[0].detach().cpu().numpy().copy()
-        for name, short in (("conv_states", "conv"), ("recurrent_states", "rec")):
+        for name, short in (("conv_states", "conv"), ("recurrent_states", "recurrent")):
             states = getattr(layer, name, None)
             if not isinstance(states, dict):
                 continue

@@ -19,9 +19,17 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .bench_compare import COMPARE_FIELDS, SCHEMA, ProvenanceMismatch, ResultError, check_result, compare, provenance_differences
-from .errors import ConfigError
-from .probe import expected_tokens
+from ..errors import ConfigError
+from .acceptance_probe import expected_tokens
+from .compare import (
+    COMPARE_FIELDS,
+    SCHEMA,
+    ProvenanceMismatch,
+    ResultError,
+    check_result,
+    compare,
+    provenance_differences,
+)
 from .provenance import prompt_set_hash
 
 Progress = Callable[[int], None]
@@ -40,8 +48,8 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
               max_new_tokens: int = 32, repeats: int = 3, provenance: dict[str, Any],
               progress: Progress | None = None) -> dict[str, Any]:
     """Measure; return the JSON-ready result (see ``docs/cli.md``, ``onebit bench``)."""
-    from .generate import generate
-    from .speculative import speculative_generate
+    from ..loop.generate import generate
+    from ..loop.speculative import speculative_generate
 
     check_room(max_new_tokens, k)
     if repeats < 1:

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 
 def read_json(path: "str | Path", what: str, *, error: type = CheckpointError,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ConfigError, NumericalError
+from ..errors import ConfigError, NumericalError
 
 
 def finite_row(logits: np.ndarray, where: str) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: model types whose every layer is sparse and whose router always renormalises the top-k weights
 ALL_SPARSE_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")

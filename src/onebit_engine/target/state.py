@@ -17,13 +17,13 @@ F32 = np.float32
 
 @dataclass
 class GDNLayerState:
-    """conv [C, K-1]: the last K-1 pre-conv columns; rec [HV, dk, dv]: the delta-rule matrix S."""
+    """conv [C, K-1]: the last K-1 pre-conv columns; recurrent [HV, dk, dv]: the delta-rule matrix S."""
 
     conv: np.ndarray
-    rec: np.ndarray
+    recurrent: np.ndarray
 
     def copy(self) -> "GDNLayerState":
-        return GDNLayerState(self.conv.copy(), self.rec.copy())
+        return GDNLayerState(self.conv.copy(), self.recurrent.copy())
 
 
 @dataclass
@@ -89,7 +89,7 @@ class VerifyRecord:
     def checkpoint_nbytes(self) -> int:
         if not self.per_row:
             return 0
-        return sum(s.conv.nbytes + s.rec.nbytes for states in self.per_row.values() for s in states)
+        return sum(s.conv.nbytes + s.recurrent.nbytes for states in self.per_row.values() for s in states)
 
 
 @dataclass
@@ -102,12 +102,12 @@ class TargetState:
     pending: VerifyRecord | None = None
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every live array, named ``layer.{i}.{conv|rec|keys|values}`` (KV cut to its length)."""
+        """Every live array, named ``layer.{i}.{conv|recurrent|keys|values}`` (KV cut to its length)."""
         out = {}
         for i, st in enumerate(self.layers):
             if isinstance(st, GDNLayerState):
                 out[f"layer.{i}.conv"] = st.conv
-                out[f"layer.{i}.rec"] = st.rec
+                out[f"layer.{i}.recurrent"] = st.recurrent
             else:
                 k, v = st.prefix(st.length)
                 out[f"layer.{i}.keys"] = k

@@ -104,17 +104,3 @@ def split_fused_experts(tensors: dict) -> dict:
 
 def _ids(v: list[int]) -> str:
     return str(v) if len(v) <= 16 else f"[{v[0]}..{v[-1]}] ({len(v)} ids)"
-
-
-def moe_summary(cfg: TargetConfig) -> dict:
-    """Experts, top-k, which layers are sparse, and the parameters a token reads (active) vs all of them
-    (total), counted from the config's tensor shapes (embedding and head included)."""
-    from .target_weights import file_shapes
-
-    m = cfg.moe
-    total = sum(int(np.prod(s)) for s in file_shapes(cfg).values())
-    sparse = [i for i in range(cfg.num_hidden_layers) if cfg.is_sparse(i)]
-    idle = len(sparse) * (m.num_experts - m.num_experts_per_tok) * 3 * m.moe_intermediate_size * cfg.hidden_size
-    return {"num_experts": m.num_experts, "top_k": m.num_experts_per_tok, "moe_intermediate_size": m.moe_intermediate_size,
-            "shared_expert_intermediate_size": m.shared_expert_intermediate_size, "norm_topk_prob": m.norm_topk_prob,
-            "sparse_layers": sparse, "total_params": total, "active_params": total - idle}

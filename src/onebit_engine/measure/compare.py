@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import OnebitError
+from ..errors import OnebitError
 
 SCHEMA = "onebit.bench/1"
 # Provenance fields two runs must share to be compared (dotted: inside ``host``).

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import OnebitError
+from ..errors import OnebitError
 
 STAGE_VERSION = 2
 HEADER_KEY = "onebit.stage"

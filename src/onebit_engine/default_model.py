@@ -1,4 +1,5 @@
-"""The built-in trained pair: a tiny hybrid target, its DFlash 2 draft, the tokenizer, default prompts.
+"""The default model, in one place: the built-in trained pair (a tiny hybrid target, its DFlash 2 draft,
+the tokenizer, default prompts) and, for a source tree without it, the seeded random pair.
 
 Everything ships inside the package (``data/builtin/`` and ``data/prompts/default.json``); nothing is
 downloaded. How it was trained, on what, and how well it does: ``docs/trained-pair.md`` and
@@ -10,12 +11,15 @@ depending on numpy + safetensors only.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from .checkpoint.jsonfile import read_json
 from .errors import CheckpointError, MissingExtra
-from .jsonfile import read_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BUILTIN_DIR = DATA_DIR / "builtin"
@@ -24,6 +28,10 @@ PROMPTS_FILE = DATA_DIR / "prompts" / "default.json"
 # The shipped pair's best drafts per round (docs/trained-pair.md: k = 15 verifies two row sets a round and
 # its later positions rarely hit); the CLI's default k for it.
 RECOMMENDED_K = 7
+
+# The seeded random pair used when the trained one is not installed, and the cache folder name it is written to.
+RANDOM_SEED = 20261130
+RANDOM_KEY = "builtin-random-v1"
 
 MASK_TOKEN = "<|mask|>"
 EOT_TOKEN = "<|endoftext|>"
@@ -115,11 +123,6 @@ def default_code_prompt() -> str:
     return default_prompt_texts("code")[0]
 
 
-def default_prose_prompt() -> str:
-    """The first held-out prose prompt."""
-    return default_prompt_texts("prose")[0]
-
-
 def training_info() -> dict:
     """The parsed ``TRAINING.json`` (data manifest, recipe, seeds, losses, times, evaluation)."""
     return json.loads((BUILTIN_DIR / "TRAINING.json").read_text(encoding="utf-8"))
@@ -145,3 +148,47 @@ def acceptance_profile(backend: str = "host-int") -> list[float]:
     total = sum(r["rounds"] for r in runs)
     n = min(len(r["acceptance_by_position"]) for r in runs)
     return [sum(r["rounds"] * r["acceptance_by_position"][i] for r in runs) / total for i in range(n)]
+
+
+def default_target(*, backend: Any = "reference", row_set: int = 8):
+    """The shipped target; a small seeded random hybrid target when the shipped pair is missing (a
+    source tree without ``data/builtin``)."""
+    from .target import load_target
+    from .target.synthetic import random_target, tiny_config
+
+    try:
+        target_dir, _, _ = builtin_paths()
+    except FileNotFoundError:
+        cfg = tiny_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16)
+        return random_target(cfg, RANDOM_SEED, backend=backend, row_set=row_set)
+    return load_target(target_dir, backend=backend, row_set=row_set)
+
+
+def random_pair(cache: Path) -> tuple[Path, Path]:
+    """``(target_dir, draft_dir)`` of the seeded random pair under ``cache``, written on first use to a
+    temporary folder then renamed into place (two processes racing keep one complete copy)."""
+    folder = cache / RANDOM_KEY
+    if not (folder / "target" / "config.json").exists() or not (folder / "draft" / "config.json").exists():
+        _write_random_pair(folder)
+    return folder / "target", folder / "draft"
+
+
+def _write_random_pair(folder: Path) -> None:
+    from .draft import write_synthetic_draft
+    from .target.synthetic import random_weights, tiny_config, write_checkpoint
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        cfg = tiny_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16)
+        write_checkpoint(tmp / "target", cfg, random_weights(cfg, RANDOM_SEED))
+        write_synthetic_draft(tmp / "draft", cfg, version=2, block_size=8, seed=RANDOM_SEED + 1)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if (folder / "target" / "config.json").exists() and (folder / "draft" / "config.json").exists():
+                return  # another process finished first; its copy is the same seeded pair
+            shutil.rmtree(folder)  # an incomplete copy left by an interrupted run
+            os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

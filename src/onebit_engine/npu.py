@@ -8,7 +8,7 @@ The probe runs the cheap checks first and imports XRT last (npu-stack.md 3.7, 6.
 3. the memlock limit (a low one makes large weight buffers fail to allocate; reported, not fatal);
 4. ``import pyxrt`` (it ships with XRT, not PyPI), then ``pyxrt.device(i)`` opens and names itself.
 
-Nothing happens at import. ``python -m onebit_engine.device`` (or ``tools/device_check.py``, which
+Nothing happens at import. ``python -m onebit_engine.npu`` (or ``tools/device_check.py``, which
 ``nox -s device`` runs first) prints the status and exits 1 when no NPU is usable.
 """
 from __future__ import annotations
@@ -139,7 +139,7 @@ def detect_npu(*, accel_glob: str = "/dev/accel/accel*", sysfs: str | Path = "/s
 
 def main(argv: list[str] | None = None) -> int:
     """Print the probe's findings; exit 0 when an NPU is usable, 1 otherwise."""
-    p = argparse.ArgumentParser(prog="python -m onebit_engine.device", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m onebit_engine.npu", description=main.__doc__)
     p.add_argument("--xrt-python", metavar="DIR", action="append", default=[],
                    help="directory holding pyxrt (e.g. $XILINX_XRT/python), prepended to sys.path")
     p.add_argument("--device-index", type=int, default=0, help="XRT device index. Default: %(default)r")

@@ -9,11 +9,20 @@ refused with one :class:`ConfigError` that lists every problem, never truncated 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from .config_check import Field, Problems, read_field, read_int_list, read_name_list, read_object, show, top_object
-from .errors import ConfigError
+from ..checkpoint.fields import (
+    Field,
+    Problems,
+    read_field,
+    read_int_list,
+    read_name_list,
+    read_object,
+    show,
+    top_object,
+)
+from ..errors import ConfigError
 from .moe_config import ALL_SPARSE_TYPES, MoeConfig
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checkpoint.fields import first_few
+from ..checkpoint.safetensors import FLOAT_DTYPES, file_dtype
+from ..errors import WeightError
 from .config import TargetConfig
-from .config_check import first_few
-from .errors import WeightError
 from .moe_weights import moe_shapes, unfuse_experts
-from .safetensors_io import FLOAT_DTYPES, file_dtype
 
 IGNORED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
 
@@ -147,7 +147,7 @@ def _is_quant(v) -> bool:
 def _rows(w, idx: np.ndarray):
     """Output channels ``idx`` of a float or quantized weight."""
     if _is_quant(w):
-        from .quant import take_rows
+        from ..quant import take_rows
 
         return take_rows(w, idx)
     return np.ascontiguousarray(w[idx])
@@ -171,3 +171,15 @@ def _regroup(w: dict[str, np.ndarray], cfg: TargetConfig) -> None:
         ba = w.pop(a + "in_proj_ba.weight")
         w[a + "in_proj_b.weight"] = _rows(ba, ba_idx[:, :r].ravel())
         w[a + "in_proj_a.weight"] = _rows(ba, ba_idx[:, r:].ravel())
+
+
+def moe_summary(cfg: TargetConfig) -> dict:
+    """Experts, top-k, which layers are sparse, and the parameters a token reads (active) vs all of them
+    (total), counted from the config's tensor shapes (embedding and head included)."""
+    m = cfg.moe
+    total = sum(int(np.prod(s)) for s in file_shapes(cfg).values())
+    sparse = [i for i in range(cfg.num_hidden_layers) if cfg.is_sparse(i)]
+    idle = len(sparse) * (m.num_experts - m.num_experts_per_tok) * 3 * m.moe_intermediate_size * cfg.hidden_size
+    return {"num_experts": m.num_experts, "top_k": m.num_experts_per_tok, "moe_intermediate_size": m.moe_intermediate_size,
+            "shared_expert_intermediate_size": m.shared_expert_intermediate_size, "norm_topk_prob": m.norm_topk_prob,
+            "sparse_layers": sparse, "total_params": total, "active_params": total - idle}

@@ -14,63 +14,68 @@ is bitwise equal to it (the state is then left holding the replayed, reference s
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol
 
 import numpy as np
 
-from .errors import ConfigError, StateError, StateMismatch
+from ..errors import ConfigError, StateError, StateMismatch
 from .state import GDNLayerState, KVLayerState, TargetState, VerifyRecord
-
-if TYPE_CHECKING:
-    from .target import Target
 
 COMMIT_PATHS = ("keep", "replay", "checkpoint")
 
 
-def replay_layer(target: "Target", rec: VerifyRecord, layer: int, accepted: int) -> GDNLayerState:
-    """Snapshot + the first ``accepted`` recorded rows, replayed by the layer's own mixer."""
-    mixer = target.layers[layer].mixer
-    return mixer.replay(rec.snapshot[layer], rec.mixed[layer][:accepted], rec.alpha[layer][:accepted],
-                        rec.beta[layer][:accepted])
+class Replays(Protocol):
+    """A delta-net mixer: the state ``len(mixed)`` steps leave after ``snapshot``, from recorded inputs."""
+
+    def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> GDNLayerState: ...
 
 
-def commit_verify(target: "Target", state: TargetState, accepted_rows: int, *, path: str, replay_check: bool) -> None:
-    rec = state.pending
-    if rec is None:
+def replay_layer(mixer: Replays, record: VerifyRecord, layer: int, accepted: int) -> GDNLayerState:
+    """Snapshot + the first ``accepted`` recorded rows of ``layer``, replayed by its own mixer."""
+    return mixer.replay(record.snapshot[layer], record.mixed[layer][:accepted], record.alpha[layer][:accepted],
+                        record.beta[layer][:accepted])
+
+
+def commit_verify(mixers: Mapping[int, Replays], state: TargetState, accepted_rows: int, *, path: str,
+                  replay_check: bool) -> None:
+    """``mixers``: the delta-net layers' mixers by layer index (the layers ``state.pending`` recorded)."""
+    record = state.pending
+    if record is None:
         raise StateError("commit() called with no pending verify; call verify(tokens, state) first")
     if path not in COMMIT_PATHS:
         raise ConfigError(f"commit path {path!r} is not one of {COMMIT_PATHS}")
-    if isinstance(accepted_rows, bool) or not isinstance(accepted_rows, (int, np.integer)) or not 0 <= accepted_rows <= rec.rows:
+    if isinstance(accepted_rows, bool) or not isinstance(accepted_rows, (int, np.integer)) or not 0 <= accepted_rows <= record.rows:
         raise StateError(
-            f"accepted_rows={accepted_rows!r} is outside 0..{rec.rows} (the last verify had {rec.rows} rows)"
+            f"accepted_rows={accepted_rows!r} is outside 0..{record.rows} (the last verify had {record.rows} rows)"
         )
     accepted = int(accepted_rows)
-    if path == "checkpoint" and rec.per_row is None:
+    if path == "checkpoint" and record.per_row is None:
         raise StateError("commit path 'checkpoint' needs the per-row states: call verify(..., checkpoints=True)")
-    full = accepted == rec.rows
-    for i in rec.snapshot:
+    full = accepted == record.rows
+    for i in record.snapshot:
         if path == "keep" and full:
             continue  # the batch's own recurrence already left exactly this state
         if path == "checkpoint":
-            chosen = rec.per_row[i][accepted - 1] if accepted else rec.snapshot[i]
+            chosen = record.per_row[i][accepted - 1] if accepted else record.snapshot[i]
             state.layers[i] = chosen.copy()
         else:
-            state.layers[i] = replay_layer(target, rec, i, accepted)
+            state.layers[i] = replay_layer(mixers[i], record, i, accepted)
     for st in state.layers:
         if isinstance(st, KVLayerState):
-            st.truncate(rec.start_pos + accepted)
-    state.pos = rec.start_pos + accepted
+            st.truncate(record.start_pos + accepted)
+    state.pos = record.start_pos + accepted
     state.pending = None
     if replay_check:
-        _check_against_replay(target, state, rec, accepted, path)
+        _check_against_replay(mixers, state, record, accepted, path)
 
 
-def _check_against_replay(target, state: TargetState, rec: VerifyRecord, accepted: int, path: str) -> None:
+def _check_against_replay(mixers: Mapping[int, Replays], state: TargetState, record: VerifyRecord, accepted: int,
+                          path: str) -> None:
     first = None
-    for i in rec.snapshot:
-        ref = replay_layer(target, rec, i, accepted)
+    for i in record.snapshot:
+        ref = replay_layer(mixers[i], record, i, accepted)
         got = state.layers[i]
-        for name in ("conv", "rec"):
+        for name in ("conv", "recurrent"):
             a, b = getattr(got, name), getattr(ref, name)
             if first is None and not np.array_equal(a, b):
                 diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))

@@ -23,8 +23,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .config_check import first_few, show, top_object
-from .errors import CheckpointError
+from ..errors import CheckpointError
+from .fields import first_few, show, top_object
 from .jsonfile import read_json
 
 QUANT_FILE = "quantized.safetensors"  # a servable quantized folder's projections (see quant/io.py)

@@ -5,7 +5,7 @@ import math
 import operator
 from typing import Sequence
 
-from .errors import ConfigError, ContextLimitError
+from ..errors import ConfigError, ContextLimitError
 
 
 def check_run(target, prompt: Sequence[int], *, max_new_tokens: int, temperature: float, seed=None) -> list[int]:

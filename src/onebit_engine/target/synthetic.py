@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from .config import TargetConfig
+from .model import Target
 from .moe_config import MoeConfig
-from .target import Target
-from .target_weights import file_shapes
+from .weights import file_shapes
 
 F32 = np.float32
 

@@ -26,7 +26,7 @@ def device_provenance(desc: dict[str, Any]) -> dict[str, Any]:
     """For a device backend: the NPU generation, driver and firmware versions (what the probe can read)."""
     if desc.get("backend") != "xrt":
         return {}
-    from .device import detect_npu
+    from ..npu import detect_npu
 
     st = detect_npu(open_device=False)
     return {"npu_generation": desc.get("generation") or st.generation, "npu_model": st.model,
@@ -34,7 +34,7 @@ def device_provenance(desc: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_provenance(target, **extra: Any) -> dict[str, Any]:
-    from . import __version__
+    from ..version import __version__
 
     desc = target.backend.describe()
     return {**device_provenance(desc),

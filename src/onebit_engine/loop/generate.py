@@ -7,8 +7,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..measure.provenance import run_provenance
 from .inputs import check_run
-from .provenance import run_provenance
 from .sampling import choose, finite_row
 
 

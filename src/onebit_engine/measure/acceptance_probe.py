@@ -7,7 +7,7 @@
 * ``score``: how far each proposal agrees with what the target actually produced: acceptance by draft
   position, tokens per round for a given k, the ceiling that implies and the break-even round cost.
 
-Stage files (``onebit_engine.stagefile``) are safetensors with a JSON header (metadata key
+Stage files (``onebit_engine.measure.stagefile``) are safetensors with a JSON header (metadata key
 ``onebit.stage``) holding the stage kind, the format version, the provenance (engine version, git
 revision, model and draft sha256, backend, kernel set, row set), the payload (counts, costs, block
 size) and one sha256 over header and tensors. They are written atomically; every field read back is
@@ -26,9 +26,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..atomic import atomic_write_bytes
+from ..errors import ConfigError
 from . import stagefile
-from .atomic import atomic_write_bytes
-from .errors import ConfigError
 from .stagefile import HEADER_KEY, STAGE_VERSION, StageError
 
 # Provenance fields that must agree between stages (and with the model the stage is used with).
@@ -78,7 +78,7 @@ def check_capture_length(max_new_tokens: int) -> None:
 def capture(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, tap_layers: Sequence[int],
             provenance: dict[str, Any], progress: Progress | None = None) -> Capture:
     """Greedy-decode every prompt (one forward per token, as ``generate``) and keep the taps."""
-    from .sampling import greedy
+    from ..loop.sampling import greedy
 
     check_capture_length(max_new_tokens)
     layers = sorted({int(i) for i in tap_layers})

@@ -23,10 +23,10 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from .commit import COMMIT_PATHS
-from .errors import ConfigError, NumericalError
+from ..errors import ConfigError, NumericalError
+from ..measure.provenance import device_provenance, run_provenance
+from ..target.commit import COMMIT_PATHS
 from .inputs import check_run
-from .provenance import device_provenance, run_provenance
 from .sampling import choose, draw, finite_row, probs
 
 

@@ -17,9 +17,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..ops.moe import route, routed_rows
+from ..ops.norm import sigmoid
 from .moe_config import MoeConfig
-from .ops.moe import route, routed_rows
-from .ops.norm import sigmoid
 
 F32 = np.float32
 

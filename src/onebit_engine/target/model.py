@@ -1,0 +1,188 @@
+"""The hybrid target model: Gated DeltaNet + gated attention decoder layers (``layers.py``; Qwen3.5 /
+Qwen3.6 / Qwen3-Next, dense or mixture-of-experts MLPs) and its three entry points (``forward``,
+``verify``, ``commit``), plus ``load_target`` for a checkpoint folder.
+
+Batch invariance by construction: tokens go through the network in chunks of ``row_set`` rows; every
+GEMM sees exactly ``row_set`` rows (zero-padded; a backend whose rows never depend on the row count,
+``row_invariant``, gets the real rows only), every elementwise op sees arrays of the same shape, and
+the conv, the delta rule and attention run one row at a time with the same code. So ``forward`` on
+T tokens gives, row for row, the bits of T single-token calls, and a verify followed by a full commit
+leaves the state a plain step would.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..checkpoint.safetensors import QUANT_FILE, load_folder_tensors, read_config
+from ..errors import ConfigError, ContextLimitError, StateError
+from ..gemm import Linear, get_backend
+from ..gemm.base import GemmBackend
+from ..ops.gated_delta_fast import gdn_mixer_rows
+from ..ops.norm import rms_norm_zc
+from .commit import COMMIT_PATHS, commit_verify
+from .config import TargetConfig
+from .layers import DecoderLayer, Recorder, compiled_norm
+from .state import TargetState, VerifyRecord
+from .weights import check_and_map
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class Output:
+    """logits float32 [T, V]; hidden float32 [T, L, D]: the residual stream after each decoder layer
+    (pre-final-norm, HF ``output_hidden_states[l + 1]``) - the taps a DFlash draft reads."""
+
+    logits: np.ndarray
+    hidden: np.ndarray
+
+
+
+class Target:
+    """The hybrid target model bound to one GEMM backend and one row set."""
+
+    def __init__(self, config: TargetConfig, weights: dict, *, backend: "str | GemmBackend" = "reference", row_set: int = 8,
+                 recurrence: str = "auto"):
+        if not isinstance(row_set, int) or row_set < 1:
+            raise ConfigError(f"row_set must be a positive integer, got {row_set!r}")
+        self.config, self.row_set = config, row_set
+        self.recurrence = _recurrence(recurrence)
+        compiled = self.recurrence == "numba"
+        self.backend = get_backend(backend)
+        self.row_invariant = bool(getattr(self.backend, "row_invariant", False))
+        lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
+        fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731
+        self.embed_tokens = np.ascontiguousarray(weights["model.embed_tokens.weight"], dtype=F32)  # [V, D]
+        self.norm_weight = np.ascontiguousarray(weights["model.norm.weight"], dtype=F32)
+        self._norm = compiled_norm if compiled else rms_norm_zc
+        head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+        self.lm_head = Linear.from_weight(weights[head], self.backend, row_set, "lm_head.weight")
+        self.layers = [DecoderLayer(config, weights, i, lin, fused, compiled, row_set, self.row_invariant)
+                       for i in range(config.num_hidden_layers)]
+
+    def final_norm(self, x: np.ndarray) -> np.ndarray:
+        return self._norm(x, self.norm_weight, self.config.rms_norm_eps)
+
+    def new_state(self) -> TargetState:
+        return TargetState([layer.mixer.new_state() for layer in self.layers])
+
+    def forward(self, tokens: Sequence[int], state: TargetState) -> Output:
+        """Run T >= 1 tokens (a prefill or a plain step) and advance ``state`` by T."""
+        self._check_free(state, "forward")
+        return self._run(self._tokens(tokens, state), state, None)
+
+    def verify(self, tokens: Sequence[int], state: TargetState, *, checkpoints: bool = False, logits: bool = True) -> Output:
+        """The batched verify of ``[last, d1..dk]`` in one pass; records what ``commit`` needs.
+
+        With ``checkpoints=True`` the GDN state after every row is also kept (needed by
+        ``commit(path="checkpoint")``; memory: rows x (conv + recurrent state) per delta-net layer).
+        With ``logits=False`` the lm_head is left out (``Output.logits`` is empty, [T, 0]): a caller that
+        needs only the rows up to its first rejection computes them with :meth:`logits` - the same bits.
+        """
+        self._check_free(state, "verify")
+        toks = self._tokens(tokens, state)
+        gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
+        snapshot = {i: state.layers[i].copy() for i in gdn}
+        recorder = Recorder(checkpoints)
+        start = state.pos
+        out = self._run(toks, state, recorder, head=logits)
+        state.pending = VerifyRecord(
+            start_pos=start, rows=len(toks), snapshot=snapshot,
+            mixed={i: recorder.rows(recorder.mixed, i) for i in gdn},
+            alpha={i: recorder.rows(recorder.alpha, i) for i in gdn},
+            beta={i: recorder.rows(recorder.beta, i) for i in gdn},
+            per_row={i: recorder.states.get(i, []) for i in gdn} if checkpoints else None,
+        )
+        return out
+
+    def commit(self, state: TargetState, accepted_rows: int, *, path: str = "keep", replay_check: bool = False) -> None:
+        """Keep the first ``accepted_rows`` rows of the last verify (see ``commit.py``)."""
+        mixers = {i: layer.mixer for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"}
+        commit_verify(mixers, state, accepted_rows, path=path, replay_check=replay_check)
+
+    def _tokens(self, tokens, state: TargetState) -> np.ndarray:
+        try:
+            toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        except (OverflowError, TypeError, ValueError):
+            raise ConfigError(f"tokens must be integer ids in [0, {self.config.vocab_size}), got {str(tokens)[:60]}") from None
+        if toks.size == 0:
+            raise ConfigError("tokens is empty; forward/verify need at least one token")
+        bad = toks[(toks < 0) | (toks >= self.config.vocab_size)]
+        if bad.size:
+            raise ConfigError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size}); give ids "
+                              f"the model's tokenizer makes")
+        limit = self.config.max_position_embeddings
+        if state.pos + toks.size > limit:
+            raise ContextLimitError(f"{toks.size} token(s) at position {state.pos} would pass the model's "
+                                    f"max_position_embeddings={limit}; start a new state or give a shorter input")
+        return toks
+
+    @staticmethod
+    def _check_free(state: TargetState, what: str) -> None:
+        if state.pending is not None:
+            raise StateError(
+                f"{what}() called while a verify of {state.pending.rows} rows is not committed; "
+                f"call commit(state, accepted_rows) first"
+            )
+
+    def logits(self, last_hidden: np.ndarray) -> np.ndarray:
+        """lm_head(final_norm(h)) for rows of the last layer's output (``Output.hidden[:, -1]``).
+        Shapes: [T, D] -> [T, V]. A row's bits are the ones ``forward`` / ``verify`` give it: the norm is
+        per row, and the lm_head's rows are independent within a row set."""
+        # Linear runs the product in row sets (padding them where the backend needs it), the norm is per row
+        return self.lm_head(self.final_norm(np.ascontiguousarray(last_hidden, dtype=F32)))
+
+    def _run(self, toks: np.ndarray, state: TargetState, recorder: Recorder | None, head: bool = True) -> Output:
+        cfg, rs = self.config, self.row_set
+        T, L, D = len(toks), cfg.num_hidden_layers, cfg.hidden_size
+        logits = np.empty((T, cfg.vocab_size if head else 0), F32)
+        hidden = np.empty((T, L, D), F32)
+        for c0 in range(0, T, rs):
+            chunk = toks[c0 : c0 + rs]
+            n = len(chunk)
+            R = n if self.row_invariant else rs  # a row-invariant backend needs no padding
+            x = np.zeros((R, D), F32)  # [R, D], rows >= n are zero padding
+            x[:n] = self.embed_tokens[chunk]
+            for i, layer in enumerate(self.layers):
+                x = layer(x, n, state.layers[i], state.pos, i, recorder)
+                hidden[c0 : c0 + n, i] = x[:n]
+            if head:
+                logits[c0 : c0 + n] = self.lm_head(self.final_norm(x))[:n]
+            state.pos += n
+        return Output(logits, hidden)
+
+
+def _recurrence(name: str) -> str:
+    """"numpy" (the readable reference: numpy, one token at a time where order matters), "numba" (the
+    compiled twins of ``ops/*_fast.py``: each layer's work between its projections in one call for all
+    rows) or "auto" (numba when it is installed)."""
+    if name not in ("auto", "numpy", "numba"):
+        raise ConfigError(f"recurrence {name!r} is not 'auto', 'numpy' or 'numba'")
+    if name == "numba" and gdn_mixer_rows is None:
+        raise ConfigError("recurrence 'numba' needs the numba package (pip install 'onebit-specverify[fast]'); or use 'numpy'")
+    return "numpy" if name == "numpy" or gdn_mixer_rows is None else "numba"
+
+
+def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8,
+                recurrence: str = "auto") -> Target:
+    """Load a Hugging Face checkpoint folder (config.json + *.safetensors, single or sharded).
+
+    A folder written by ``onebit quantize --out DIR`` also holds ``quantized.safetensors``: its
+    projections are handed to the backend pre-quantized (``host-int`` / ``xrt`` run the codes as they
+    are; ``reference`` runs their float dequantization)."""
+    folder = Path(path)
+    config = TargetConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
+    tensors = load_folder_tensors(folder)
+    if (folder / QUANT_FILE).exists():  # a servable quantized folder (`onebit quantize --out DIR`)
+        from ..quant import load_quantized
+
+        tensors.update(load_quantized(folder / QUANT_FILE))
+    weights = check_and_map(tensors, config, str(folder))
+    return Target(config, weights, backend=backend, row_set=row_set, recurrence=recurrence)
+
+
+__all__ = ["Target", "Output", "load_target", "COMMIT_PATHS"]
