@@ -138,7 +138,7 @@ def _check_names(port: str, profile_name: str | None) -> None:
 def _settings(config) -> Settings:
     s = config.stash[SETTINGS]
     if s.device is None:
-        from .device import detect_device
+        from .device_gate import detect_device
 
         s.device = config.hook.pytest_specverify_device_status(config=config) or detect_device()
     return s
@@ -469,7 +469,7 @@ def check_replay(request, specverify_port, specverify_tolerance, specverify_sett
 @pytest.fixture
 def check_sampling(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
     """``check_sampling(prompt_ids, samples=None)``: check 4 (distribution preservation at T > 0)."""
-    from .sampling import sampling_distribution
+    from .sampling_check import sampling_distribution
 
     def check(prompt, samples=None, **kw):
         __tracebackhide__ = True
