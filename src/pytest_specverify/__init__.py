@@ -2,7 +2,9 @@
 
 Public API (nothing heavy is imported here): the port protocol, tolerance profiles, the failure type, the
 ``DeviceStatus`` a ``pytest_specverify_device_status`` hook returns.
-The checks themselves live in ``checks``, ``sampling_check`` and ``fuzz``; ``plugin`` hands them out as fixtures.
+The checks themselves live in ``checks``, ``sampling_check``, ``fuzz`` and their neighbours; ``verifier.Verifier``
+binds them to a port, and ``plugin`` hands it out as the ``specverify`` fixture (the ``check_*`` fixtures are its
+methods).
 """
 from .compare import SpecVerifyFailure
 from .device_gate import DeviceStatus
