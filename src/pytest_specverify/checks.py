@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .compare import (SpecVerifyFailure, first_logit_difference, first_state_difference, first_token_divergence,
-                      logit_margin, owned_outputs, token_window)
+                      logit_margin, owned_outputs, token_window, unwrapped)
 from .drafts import AuditedDraft, ForcingDraft, SelfDraft, cycle_script
 from .protocol import NotSupported, require_loop_k
 from .tolerance import Tolerance
@@ -34,7 +34,7 @@ _PLAIN = weakref.WeakKeyDictionary()  # port -> {(prompt, n): its plain greedy t
 def plain_greedy(port, prompt: Sequence[int], n: int) -> list[int]:
     """``port.generate(prompt, n)`` at T = 0, remembered per port for the same prompt and n (forced
     acceptance asks for the same text once per commit path)."""
-    real = getattr(port, "_port", port)
+    real = unwrapped(port)
     key = (tuple(int(t) for t in prompt), int(n))
     try:
         memo = _PLAIN.setdefault(real, {})
@@ -45,7 +45,8 @@ def plain_greedy(port, prompt: Sequence[int], n: int) -> list[int]:
     return list(memo[key])
 
 
-def _argmax(logits) -> int:
+def argmax(logits) -> int:
+    """The token a row of logits picks greedily (a Python int)."""
     import numpy as np
 
     return int(np.argmax(np.asarray(logits)))
@@ -128,7 +129,7 @@ def commit_round(port, prompt: Sequence[int], rows: Sequence[int], kept: int, pa
     bad = first_logit_difference(got, want, tol)
     if bad:
         raise SpecVerifyFailure(f"{where}: the next step's logits differ from the sequential reference ({bad}; argmax "
-                                f"{_argmax(got)} vs {_argmax(want)}){hint}")
+                                f"{argmax(got)} vs {argmax(want)}){hint}")
     return ver
 
 
@@ -150,7 +151,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
     require_independent_states(port, prompt, tol)
     for k in k_values:
         probe = port.new_state()
-        last = _argmax(port.prefill(probe, prompt).logits[-1])
+        last = argmax(port.prefill(probe, prompt).logits[-1])
         rows = [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
         # sequential reference: prefill + r single steps, for every r (fresh state each time, no clone needed)
         ref_logits = []
@@ -158,7 +159,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
         port.prefill(st, prompt)
         for t in rows:
             ref_logits.append(np.asarray(port.step(st, t).logits)[-1])
-        bonus = _argmax(ref_logits[k])
+        bonus = argmax(ref_logits[k])
         for path in paths:
             for r in range(k + 2):
                 shape = f"[last, d1..d{k}]" if k else "[last]"
@@ -189,7 +190,7 @@ def _round_of(run, index: int) -> str:
     return "after the last recorded round (a plain step)"
 
 
-def _check_bookkeeping(run, k: int, label: str = "") -> None:
+def check_bookkeeping(run, k: int, label: str = "") -> None:
     """What a SpecRun reports must be possible: 0 <= accepted <= proposed <= k each round, and the
     recorded rounds must fit in the tokens emitted (accepted + 1 per round; only the last round may be
     cut by max_new_tokens; the prefill's token and zero-draft rounds left out only add tokens, so the
@@ -226,7 +227,7 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
     plain = list(plain) if plain is not None else list(port.generate(prompt, max_new_tokens=max_new_tokens))
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
     got = list(run.tokens)
-    _check_bookkeeping(run, k, label)
+    check_bookkeeping(run, k, label)
     report.metrics.update(acceptance_rate=run.acceptance_rate, tokens_per_round=run.tokens_per_round,
                           rounds=len(run.accepted), tokens=len(got))
     report.counts.update(Counter(run.accepted))
@@ -340,7 +341,7 @@ def _zero_draft_loop(port, prompt, *, tol: Tolerance, commit_path: str | None, m
             f"at token {i}, in {_round_of(run, i)}, commit path {commit_path!r}\n{token_window(list(run.tokens), plain[:max_new], i)}"
             f"\n  (does a zero-draft round advance the state twice, e.g. a fast-path step of the anchor and then a "
             f"verify + commit of it too?)")
-    _check_bookkeeping(run, 0, "k=0: ")
+    check_bookkeeping(run, 0, "k=0: ")
     if draft.problems:
         raise SpecVerifyFailure("at k = 0 the output is right but the loop fed the draft wrong inputs:\n  " + "\n  ".join(draft.problems))
     report = CheckReport("forced_acceptance", metrics={"rounds": len(run.accepted), "tokens": len(run.tokens)})
@@ -422,7 +423,7 @@ def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *,
         states = {}
         for path in ("keep", "replay"):
             st = port.new_state()
-            last = _argmax(port.prefill(st, prompt).logits[-1])
+            last = argmax(port.prefill(st, prompt).logits[-1])
             rows = rows or [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
             port.verify(st, rows, path=path)
             port.commit(st, k + 1, path=path)

@@ -100,6 +100,11 @@ def owned_outputs(port):
     return port if isinstance(port, _OwnedOutputs) else _OwnedOutputs(port)
 
 
+def unwrapped(port):
+    """The port itself, under the :func:`owned_outputs` wrapper if it is one."""
+    return port._port if isinstance(port, _OwnedOutputs) else port
+
+
 class SpecVerifyFailure(AssertionError):
     """A check found the port wrong; the message says where and by how much."""
 

@@ -2,7 +2,7 @@
 
 The loop's acceptance test ``min(1, p/q)`` and its residual ``max(0, p - q)`` preserve the target's
 distribution only if ``q`` is the distribution the draft token was really drawn from. The sampling
-check (``sampling.py``) runs the loop with a draft of the plugin's own, so a port whose draft reports
+check (``sampling_check.py``) runs the loop with a draft of the plugin's own, so a port whose draft reports
 the wrong ``q`` (softmax at T = 1 while sampling at T, a different softcap, q of another row) passes
 it and every greedy check, yet biases every sampled output.
 

@@ -213,13 +213,14 @@ class SelfDraft:
 
 
 class DistributionDraft:
-    """Proposes d_i ~ q[i] with the loop's rng, whatever the context (q [k, V], rows sum to 1)."""
+    """Proposes d_i ~ q[i] with the loop's rng (its own seeded ``rng`` when the loop passes none), whatever
+    the context (q [k, V], rows sum to 1)."""
 
     def __init__(self, q, seed: int = 0):
         import numpy as np
 
         self.q = np.asarray(q, np.float64)
-        self._rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)
 
     def new_state(self) -> ContextState:
         return ContextState()
@@ -230,7 +231,7 @@ class DistributionDraft:
     def propose(self, state: ContextState, anchor_token: int, n_draft: int, *, temperature: float = 0.0, rng=None) -> Proposal:
         import numpy as np
 
-        g = rng if rng is not None else self._rng
+        g = rng if rng is not None else self.rng
         q = self.q[:n_draft]
         tokens = np.array([int(np.searchsorted(np.cumsum(row), g.random() * row.sum(), side="right")) for row in q])
         tokens = np.minimum(tokens, q.shape[1] - 1)

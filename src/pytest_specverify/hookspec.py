@@ -6,11 +6,11 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_specverify_device_status(config):
-    """Return a ``pytest_specverify.device.DeviceStatus`` to replace the built-in NPU detection.
+    """Return a ``pytest_specverify.DeviceStatus`` to replace the built-in NPU detection.
 
     Example (a conftest.py on a runner whose NPU sits behind a different node)::
 
-        from pytest_specverify.device import detect_device
+        from pytest_specverify.device_gate import detect_device
 
         def pytest_specverify_device_status(config):
             return detect_device("/dev/accel/npu*")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport, _argmax, commit_round, require_independent_states
+from .checks import CheckReport, argmax, commit_round, require_independent_states
 from .compare import SpecVerifyFailure, owned_outputs
 from .protocol import NotSupported, context_length
 from .stats import log_softmax
@@ -107,7 +107,7 @@ def _decode_vs_prefill(port, seq, n_prompt, tol, report) -> None:
 def _spec_round_at(port, seq, k, tol, rng, paths, report) -> None:
     __tracebackhide__ = True
 
-    last = _argmax(port.prefill(port.new_state(), seq).logits[-1])
+    last = argmax(port.prefill(port.new_state(), seq).logits[-1])
     rows = [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
     for path in paths:
         kept = int(rng.integers(1, k + 1)) if k else 1  # a partial accept (kept - 1 of k drafts) when k > 0

@@ -6,9 +6,10 @@ run of the environment, and acts only where it is in use:
 - the run: any ``--specverify-*`` option given (command line, ``addopts`` or ``PYTEST_ADDOPTS``), or the
   project opts in with the ini option ``specverify = true``; then the header is printed, port and profile
   names are checked, and every ``device``-marked test is gated on the NPU probe;
-- a test: it uses one of the plugin's fixtures (``specverify_*``, the ``check_*`` names below,
-  ``forcing_draft``, ``self_draft``) or is a battery test; then the header is printed after collection and
-  that test, if ``device``-marked, is gated. A project's own ``device`` tests that use none of these run.
+- a test: it uses one of the plugin's fixtures (``specverify``, ``specverify_*``, the ``check_*`` names
+  below, ``forcing_draft``, ``self_draft``) or is a battery test; then the header is printed after
+  collection and that test, if ``device``-marked, is gated. A project's own ``device`` tests that use none
+  of these run.
 
 Otherwise it prints nothing, never probes the NPU, and imports nothing heavy. Its markers are registered
 only where the project has not registered the same name itself. Everything heavy (numpy, hypothesis, the
@@ -17,10 +18,10 @@ engine, pyxrt) is imported inside hooks or fixtures. The logic lives in plain mo
 from __future__ import annotations
 
 import argparse
+import functools
 
 import pytest
 
-from .protocol import own_draft_k
 from .session import Settings, bounded, k_list
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -30,7 +31,7 @@ EXPLICIT = "_specverify_explicit"  # set on the option namespace by any --specve
 CHECKS = ("check_commit_equivalence", "check_greedy_identity", "check_forced_acceptance", "check_self_draft",
           "check_replay", "check_sampling", "check_draft_sampling", "check_fuzz", "check_prefill_consistency",
           "check_long_context", "check_draft_consistency")
-FIXTURES = frozenset(CHECKS + ("forcing_draft", "self_draft"))
+FIXTURES = frozenset(CHECKS + ("specverify", "forcing_draft", "self_draft"))
 BATTERY = "pytest_specverify.battery"
 
 MARKERS = {
@@ -138,7 +139,7 @@ def _check_names(port: str, profile_name: str | None) -> None:
 def _settings(config) -> Settings:
     s = config.stash[SETTINGS]
     if s.device is None:
-        from .device import detect_device
+        from .device_gate import detect_device
 
         s.device = config.hook.pytest_specverify_device_status(config=config) or detect_device()
     return s
@@ -348,7 +349,7 @@ def self_draft(specverify_port):
     return lambda prompt: SelfDraft(specverify_port, prompt)
 
 
-# -- fixtures: the checks, bound to the port, the profile and the options -------------------------------
+# -- fixtures: the checks, bound to the port, the profile, the options and the test's seed ------------------
 def _run(request, fn, *args, **kwargs):
     """Call a check; NotSupported becomes a skip, the report lands in the test's user_properties."""
     __tracebackhide__ = True
@@ -380,176 +381,78 @@ class SpecVerifyNote(UserWarning):
 
 
 @pytest.fixture
-def check_commit_equivalence(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_commit_equivalence(prompt_ids, k_values=None, paths=None)``: check 1 (every commit path,
-    every kept-row count 0..k+1, then one step, against single steps)."""
-    from .checks import commit_equivalence
+def specverify(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
+    """The checks bound to the port under test, its profile, the run's options and the test's seed: a
+    ``verifier.Verifier`` with one method per check (``specverify.commit_equivalence(ids)``, ...). A
+    ``NotSupported`` from a check is a skip, its report lands in the test's user_properties."""
+    from .verifier import Verifier
 
-    def check(prompt, k_values=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, commit_equivalence, specverify_port, prompt,
-                    specverify_settings.k_values if k_values is None else k_values,
-                    tol=specverify_tolerance, seed=specverify_seed, **kw)
+    return Verifier(specverify_port, specverify_tolerance, specverify_settings, specverify_seed,
+                    run=functools.partial(_run, request))
 
-    return check
+
+# The check_* fixtures: the methods of ``specverify`` under their older names (same keywords and defaults).
+@pytest.fixture
+def check_commit_equivalence(specverify):
+    """``specverify.commit_equivalence(prompt_ids, k_values=None, paths=None)``."""
+    return specverify.commit_equivalence
 
 
 @pytest.fixture
-def check_greedy_identity(request, specverify_port, specverify_tolerance, specverify_settings):
-    """``check_greedy_identity(prompt_ids, draft=None, k=None, max_new_tokens=None)``: check 2 (default
-    draft: the port's own ``make_draft()``). Returns the report with accept rate and tokens/round."""
-    from .checks import greedy_identity
-
-    s = specverify_settings
-
-    def check(prompt, draft=None, *, k=None, max_new_tokens=None, **kw):
-        __tracebackhide__ = True
-        d = draft if draft is not None else _run(request, specverify_port.make_draft)
-        if k is None:
-            k = s.spec_k if draft is not None else own_draft_k(specverify_port, s.spec_k)
-        return _run(request, greedy_identity, specverify_port, prompt, d, k=k,
-                    max_new_tokens=s.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                    tol=specverify_tolerance, **kw)
-
-    return check
+def check_greedy_identity(specverify):
+    """``specverify.greedy_identity(prompt_ids, draft=None, *, k=None, max_new_tokens=None)``."""
+    return specverify.greedy_identity
 
 
 @pytest.fixture
-def check_forced_acceptance(request, specverify_port, specverify_tolerance, specverify_settings):
-    """``check_forced_acceptance(prompt_ids, k=None, pattern=None, commit_path=None)``: the loop with a
-    forcing draft; every accept count 0..k on purpose, counted."""
-    from .checks import forced_acceptance
-
-    def check(prompt, k=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, forced_acceptance, specverify_port, prompt,
-                    k=specverify_settings.spec_k if k is None else k, tol=specverify_tolerance, **kw)
-
-    return check
-
-
-def _loop_check(request, fn, port, tol, s, *, own_draft=False):
-    """A loop check bound to the port: ``k`` and ``max_new_tokens`` default to the run's options (for a
-    check that runs the port's own draft, k defaults to at most the port's ``max_k``)."""
-
-    def check(prompt, k=None, max_new_tokens=None, **kw):
-        __tracebackhide__ = True
-        if k is None:
-            k = own_draft_k(port, s.spec_k) if own_draft else s.spec_k
-        return _run(request, fn, port, prompt, k=k, max_new_tokens=s.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                    tol=tol, **kw)
-
-    return check
+def check_forced_acceptance(specverify):
+    """``specverify.forced_acceptance(prompt_ids, k=None, pattern=None, commit_path=None)``."""
+    return specverify.forced_acceptance
 
 
 @pytest.fixture
-def check_self_draft(request, specverify_port, specverify_tolerance, specverify_settings):
-    """``check_self_draft(prompt_ids, k=None, max_new_tokens=None)``: draft == target accepts everything."""
-    from .checks import self_draft_accepts_all
-
-    return _loop_check(request, self_draft_accepts_all, specverify_port, specverify_tolerance, specverify_settings)
+def check_self_draft(specverify):
+    """``specverify.self_draft(prompt_ids, k=None, max_new_tokens=None)``."""
+    return specverify.self_draft
 
 
 @pytest.fixture
-def check_replay(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_replay(prompt_ids, k_values=None)``: check 3 (full accepts: kept state == replayed state
-    within the profile, bitwise for an exact one; the port's own replay check agrees or is NotSupported,
-    a skip)."""
-    from .checks import replay_matches_keep
-
-    def check(prompt, k_values=None):
-        __tracebackhide__ = True
-        return _run(request, replay_matches_keep, specverify_port, prompt,
-                    specverify_settings.k_values if k_values is None else k_values, tol=specverify_tolerance,
-                    seed=specverify_seed)
-
-    return check
+def check_replay(specverify):
+    """``specverify.replay(prompt_ids, k_values=None)``."""
+    return specverify.replay
 
 
 @pytest.fixture
-def check_sampling(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_sampling(prompt_ids, samples=None)``: check 4 (distribution preservation at T > 0)."""
-    from .sampling import sampling_distribution
-
-    def check(prompt, samples=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, sampling_distribution, specverify_port, prompt,
-                    samples=specverify_settings.samples if samples is None else samples, seed=specverify_seed,
-                    tol=specverify_tolerance, **kw)
-
-    return check
+def check_sampling(specverify):
+    """``specverify.sampling(prompt_ids, samples=None, temperature=1.0)``."""
+    return specverify.sampling
 
 
 @pytest.fixture
-def check_draft_sampling(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_draft_sampling(prompt_ids, temperature=1.0, samples=None, k=None)``: the port's own draft at
-    T > 0 draws each token from the q it reports (q rows are distributions, q[0] fixed for a fixed state,
-    first tokens ~ q[0] by chi-square)."""
-    from .draft_sampling import draft_sampling
-
-    def check(prompt, samples=None, k=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, draft_sampling, specverify_port, prompt,
-                    samples=(specverify_settings.samples or 800) if samples is None else samples,
-                    k=own_draft_k(specverify_port, specverify_settings.spec_k) if k is None else k, tol=specverify_tolerance,
-                    seed=specverify_seed, **kw)
-
-    return check
+def check_draft_sampling(specverify):
+    """``specverify.draft_sampling(prompt_ids, samples=None, k=None, temperature=1.0)``."""
+    return specverify.draft_sampling
 
 
 @pytest.fixture
-def check_fuzz(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``: check 5 (Hypothesis state machine,
-    seeded from the test's seed)."""
-    from .fuzz import run_commit_fuzz
-
-    def check(prompt, k_max=None, **kw):
-        __tracebackhide__ = True
-        kw.setdefault("seed", specverify_seed)
-        return _run(request, run_commit_fuzz, specverify_port, prompt,
-                    k_max=specverify_settings.spec_k if k_max is None else k_max, tol=specverify_tolerance, **kw)
-
-    return check
+def check_fuzz(specverify):
+    """``specverify.fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``."""
+    return specverify.fuzz
 
 
 @pytest.fixture
-def check_prefill_consistency(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_prefill_consistency(prompt_ids, max_new_tokens=None, temperature=1.0)``: decode with
-    sampling one step at a time, re-prefill prompt + output in one pass, compare the tokens' log-probs
-    (k3 KL and max |dlogprob| within the profile)."""
-    from .reprefill import decode_prefill_consistency
-
-    def check(prompt, max_new_tokens=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, decode_prefill_consistency, specverify_port, prompt,
-                    max_new_tokens=specverify_settings.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                    tol=specverify_tolerance,
-                    seed=specverify_seed, **kw)
-
-    return check
+def check_prefill_consistency(specverify):
+    """``specverify.prefill_consistency(prompt_ids, max_new_tokens=None, temperature=1.0)``."""
+    return specverify.prefill_consistency
 
 
 @pytest.fixture
-def check_long_context(request, specverify_port, specverify_tolerance, specverify_settings, specverify_seed):
-    """``check_long_context(prompt_ids, length=None, k=None)``: fill the context to ``length`` tokens
-    (``--specverify-context``); step-by-step decode vs one prefill position by position, then one verify
-    and partial commit per commit path at the end, against prefill + single steps."""
-    from .long_context import long_context
-
-    def check(prompt, length=None, k=None, **kw):
-        __tracebackhide__ = True
-        return _run(request, long_context, specverify_port, prompt,
-                    length=specverify_settings.context if length is None else length,
-                    k=specverify_settings.spec_k if k is None else k, tol=specverify_tolerance, seed=specverify_seed, **kw)
-
-    return check
+def check_long_context(specverify):
+    """``specverify.long_context(prompt_ids, length=None, k=None)``."""
+    return specverify.long_context
 
 
 @pytest.fixture
-def check_draft_consistency(request, specverify_port, specverify_tolerance, specverify_settings):
-    """``check_draft_consistency(prompt_ids, k=None, max_new_tokens=None, commit_path=None)``: the port's
-    draft in the port's greedy loop proposes what a fresh draft state with the same context proposes."""
-    from .checks import draft_consistency
-
-    return _loop_check(request, draft_consistency, specverify_port, specverify_tolerance, specverify_settings,
-                       own_draft=True)
+def check_draft_consistency(specverify):
+    """``specverify.draft_consistency(prompt_ids, k=None, max_new_tokens=None, commit_path=None)``."""
+    return specverify.draft_consistency

@@ -5,7 +5,7 @@ import argparse
 import zlib
 from dataclasses import dataclass, field
 
-from .device import DeviceStatus
+from .device_gate import DeviceStatus
 
 MAX_K = 63  # a verify of at most 64 rows: past DFlash's block of 16, and far past any draft's
 

@@ -4,6 +4,10 @@ gives a --specverify-* option, or a project that opts in with ``specverify = tru
 model: silent unless used)."""
 import pytest
 
+# The device gate's probe is the engine's (onebit_engine.device): imported before pytester's sys.modules
+# snapshot, so the in-process runs that probe can use it (importing numpy again in this worker fails).
+import onebit_engine.device  # noqa: F401,E402
+
 # A project with its OWN `device` marker (registered in its ini, --strict-markers) that knows nothing of
 # specverify; the conftest records any NPU probe the plugin would make (the hook is asked first).
 OWN_INI = """
@@ -57,12 +61,12 @@ def _probed(pytester) -> bool:
 @pytest.fixture
 def never_probe(monkeypatch):
     """The built-in probe fails the run if anything calls it."""
-    from pytest_specverify import device
+    from pytest_specverify import device_gate
 
     def refuse(*args, **kwargs):
         raise AssertionError("detect_device called in a project that does not use specverify")
 
-    monkeypatch.setattr(device, "detect_device", refuse)
+    monkeypatch.setattr(device_gate, "detect_device", refuse)
 
 
 def test_a_project_with_its_own_device_marker_runs_its_device_tests_and_hears_nothing(guest_pytester, never_probe):

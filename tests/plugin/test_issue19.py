@@ -9,7 +9,7 @@ from pytest_specverify import NotSupported, SpecVerifyFailure, Tolerance, profil
 from pytest_specverify.checks import forced_acceptance, replay_matches_keep, self_draft_accepts_all
 from pytest_specverify.compare import first_state_difference, measuring
 from pytest_specverify.fuzz import run_commit_fuzz
-from pytest_specverify.sampling import controlled_q, sampling_distribution
+from pytest_specverify.sampling_check import controlled_q, sampling_distribution
 from pytest_specverify.stats import conditional_fit
 from pytest_specverify.tolerance import declared, from_table
 from tests.ports import mutants

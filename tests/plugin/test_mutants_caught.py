@@ -8,7 +8,7 @@ from pytest_specverify.draft_sampling import draft_sampling
 from pytest_specverify.fuzz import run_commit_fuzz
 from pytest_specverify.long_context import long_context
 from pytest_specverify.reprefill import decode_prefill_consistency
-from pytest_specverify.sampling import sampling_distribution
+from pytest_specverify.sampling_check import sampling_distribution
 from pytest_specverify.session import Settings
 from tests.ports import mutants
 

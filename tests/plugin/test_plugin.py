@@ -73,7 +73,7 @@ def test_require_device_turns_the_skip_into_an_error(sv_pytester):
 
 def test_a_device_status_hook_can_replace_detection(sv_pytester):
     sv_pytester.makeconftest("""
-from pytest_specverify.device import DeviceStatus
+from pytest_specverify import DeviceStatus
 
 def pytest_specverify_device_status(config):
     return DeviceStatus(True, "fake NPU for the test")
@@ -82,6 +82,22 @@ def pytest_specverify_device_status(config):
     result = sv_pytester.runpytest("--specverify-require-device")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["specverify device: present: fake NPU for the test (required)"])
+
+
+def test_the_device_gate_is_the_engine_probe_without_opening_the_device(monkeypatch):
+    import onebit_engine.device as engine_device
+    from pytest_specverify import DeviceStatus
+    from pytest_specverify.device_gate import detect_device
+
+    asked = []
+
+    def probe(**kwargs):
+        asked.append(kwargs)
+        return engine_device.DeviceStatus(True, "NPU at /dev/accel/npu7, pyxrt importable", generation="npu2")
+
+    monkeypatch.setattr(engine_device, "detect_npu", probe)
+    assert detect_device("/dev/accel/npu*") == DeviceStatus(True, "NPU at /dev/accel/npu7, pyxrt importable")
+    assert asked == [{"accel_glob": "/dev/accel/npu*", "open_device": False}]
 
 
 def test_header_names_port_backend_row_set_seed_and_device(sv_pytester):

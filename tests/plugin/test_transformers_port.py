@@ -6,7 +6,7 @@ import pytest
 from pytest_specverify import SpecVerifyFailure, profile
 from pytest_specverify.checks import commit_equivalence
 from pytest_specverify.protocol import PortOptions
-from pytest_specverify.sampling import sampling_distribution
+from pytest_specverify.sampling_check import sampling_distribution
 
 pytest.importorskip("transformers")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any, Sequence
 
-from ..protocol import NotSupported, PortOptions, Rows, SpecRun, byte_encode
+from ..protocol import PortOptions, Rows, SpecRun, byte_encode
 
 #: The battery's tiny target: 1 delta-net layer + 1 attention layer, a vocabulary small enough for the
 #: sampling statistics (section 6 of verification.md).
@@ -69,10 +69,9 @@ class OnebitPort:
     def make_draft(self):
         """A seeded random DFlash draft (draft/synthetic.py) sized for the target, loaded once."""
         if self._draft is None:
-            try:
-                from onebit_engine.draft import load_draft, write_synthetic_draft
-            except ImportError as exc:
-                raise NotSupported(f"onebit_engine.draft is not importable ({exc})") from exc
+            from onebit_engine import load_draftNone
+            from onebit_engine.draft import write_synthetic_draft
+
             with tempfile.TemporaryDirectory(prefix="specverify-draft-") as tmp:
                 write_synthetic_draft(tmp, self.target.config, seed=self.draft_seed, block_size=8, num_layers=1)
                 self._draft = load_draft(tmp, self.target, backend=self.target.backend, row_set=self.target.row_set)
@@ -80,17 +79,15 @@ class OnebitPort:
 
     # -- loops -----------------------------------------------------------------------------------
     def generate(self, prompt, *, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None) -> list[int]:
-        from onebit_engine.loop.generate import generate
+        from onebit_engine.loop import generate
 
         return list(generate(self.target, list(prompt), max_new_tokens=max_new_tokens, temperature=temperature,
                              seed=seed, stop_tokens=[]).tokens)
 
     def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
                              seed: int | None = None, commit_path: str | None = None) -> SpecRun:
-        try:
-            from onebit_engine.loop.speculative import speculative_generate
-        except ImportError as exc:
-            raise NotSupported(f"onebit_engine.loop.speculative is not there yet ({exc})") from exc
+        from onebit_engine import speculative_generateNone
+
         res = speculative_generate(self.target, draft, list(prompt), max_new_tokens=max_new_tokens, k=k,
                                    temperature=temperature, seed=seed, commit_path=commit_path or "keep", stop_tokens=[])
         return SpecRun(list(res.tokens), [r.accepted for r in res.rounds], [r.proposed for r in res.rounds],
@@ -105,9 +102,8 @@ class OnebitPort:
 def make_trained_port(options: PortOptions) -> OnebitPort:
     """Entry point ``onebit-trained``: the engine's built-in trained pair (real tokenizer, trained DFlash 2
     draft), so the default prompt texts are encoded as a user's would be and acceptance is real."""
-    from onebit_engine.draft import load_draft
+    from onebit_engine import load_draft, load_targetNone
     from onebit_engine.default_model import builtin_paths, load_tokenizer
-    from onebit_engine.target import load_target
 
     target_dir, draft_dir, tok = builtin_paths()
     target = load_target(target_dir, backend=options.backend or "reference", row_set=options.row_set or 8)
@@ -117,7 +113,7 @@ def make_trained_port(options: PortOptions) -> OnebitPort:
 
 def make_port(options: PortOptions) -> OnebitPort:
     """Entry point of the ``specverify.ports`` group: the tiny seeded hybrid target."""
-    from onebit_engine.target.synthetic import random_target, tiny_config
+    from onebit_engine.target.model.synthetic import random_target, tiny_config
 
     target = random_target(tiny_config(**TINY), seed=1000 + options.seed, backend=options.backend or "reference",
                            row_set=options.row_set or 8)
@@ -126,7 +122,7 @@ def make_port(options: PortOptions) -> OnebitPort:
 
 def make_folder_port(folder, options: PortOptions, *, name: str = "onebit-folder") -> OnebitPort:
     """The engine on the checkpoint in ``folder`` (config.json + safetensors), with a seeded random draft."""
-    from onebit_engine.target import load_target
+    from onebit_engine import load_targetNone
 
     target = load_target(folder, backend=options.backend or "reference", row_set=options.row_set or 8)
     return OnebitPort(target, name=name, draft_seed=options.seed)

@@ -23,14 +23,14 @@ tested along q[1] - q[0] (``stats.directional_fit``), the direction a swapped q 
 
 Every chi-square has degrees of freedom by construction (small contexts are pooled, ``stats.
 conditional_fit``) and says what it could resolve ("TV resolvable 0.05, observed 0.01"); one without
-any fails. Every run's accepted / proposed counts must be possible (``checks._check_bookkeeping``).
+any fails. Every run's accepted / proposed counts must be possible (``checks.check_bookkeeping``).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Sequence
 
-from .checks import CheckReport, _check_bookkeeping
+from .checks import CheckReport, check_bookkeeping
 from .compare import SpecVerifyFailure, owned_outputs
 from .drafts import ContextState, DistributionDraft, Proposal
 from .stats import conditional_fit, directional_fit, softmax
@@ -85,7 +85,7 @@ class ControlledDraft:
         p0 = self.p_of(int(anchor_token))
         q0 = p0 / p0.sum() if self.exact else controlled_q(p0, self.seed + int(anchor_token))[0]
         q = q0[None, :] if self.second is None else np.stack([q0, np.asarray(self.second, np.float64)])
-        g = rng if rng is not None else self.inner._rng
+        g = rng if rng is not None else self.inner.rng
         toks = []
         for row in q:
             tok = min(int(np.searchsorted(np.cumsum(row), g.random() * row.sum(), side="right")), row.size - 1)
@@ -168,7 +168,7 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int | None = 
             run = port.speculative_generate(prompt, make_draft(), max_new_tokens=3, k=1, temperature=temperature,
                                             seed=seed + s, commit_path=commit_path)
             toks = list(run.tokens)
-            _check_bookkeeping(run, 1)
+            check_bookkeeping(run, 1)
             t0s[None][toks[0]] += 1
             if not run.accepted or len(toks) < 2:
                 continue
@@ -216,7 +216,7 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int | None = 
                                                 max_new_tokens=3, k=1, temperature=temperature,
                                                 seed=seed + 2 * MAX_RUNS_FACTOR * samples + s, commit_path=commit_path)
                 toks = list(run.tokens)
-                _check_bookkeeping(run, 1)
+                check_bookkeeping(run, 1)
                 if run.accepted and run.proposed[0] == 1:
                     rejected += run.accepted[0] == 0
                     bug += 0.5 * float(np.abs(p_after((toks[0],), 1.0) - p_after((toks[0],))).sum())
@@ -255,7 +255,7 @@ def sampling_distribution(port, prompt: Sequence[int], *, samples: int | None = 
             run = port.speculative_generate(prompt, draft2, max_new_tokens=4, k=2, temperature=temperature,
                                             seed=seed + MAX_RUNS_FACTOR * samples + s, commit_path=commit_path)
             toks = list(run.tokens)
-            _check_bookkeeping(run, 2)
+            check_bookkeeping(run, 2)
             if len(toks) >= 2:
                 x1_k2[toks[0]][toks[1]] += 1
             if len(toks) >= 3:
