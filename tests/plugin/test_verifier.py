@@ -9,7 +9,7 @@ import types
 import numpy  # noqa: F401  imported before pytester's sys.modules snapshot, so in-process runs can use it
 import pytest
 
-import onebit_engine.speculative  # noqa: F401  (same reason)
+import onebit_engine.loop.speculative  # noqa: F401  (same reason)
 import numpy.fft  # noqa: F401,E402  (same reason: see test_plugin.py)
 import numpy.polynomial  # noqa: F401,E402
 

@@ -69,7 +69,7 @@ class OnebitPort:
     def make_draft(self):
         """A seeded random DFlash draft (draft/synthetic.py) sized for the target, loaded once."""
         if self._draft is None:
-            from onebit_engine import load_draftNone
+            from onebit_engine import load_draft
             from onebit_engine.draft import write_synthetic_draft
 
             with tempfile.TemporaryDirectory(prefix="specverify-draft-") as tmp:
@@ -86,7 +86,7 @@ class OnebitPort:
 
     def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
                              seed: int | None = None, commit_path: str | None = None) -> SpecRun:
-        from onebit_engine import speculative_generateNone
+        from onebit_engine import speculative_generate
 
         res = speculative_generate(self.target, draft, list(prompt), max_new_tokens=max_new_tokens, k=k,
                                    temperature=temperature, seed=seed, commit_path=commit_path or "keep", stop_tokens=[])
@@ -102,7 +102,7 @@ class OnebitPort:
 def make_trained_port(options: PortOptions) -> OnebitPort:
     """Entry point ``onebit-trained``: the engine's built-in trained pair (real tokenizer, trained DFlash 2
     draft), so the default prompt texts are encoded as a user's would be and acceptance is real."""
-    from onebit_engine import load_draft, load_targetNone
+    from onebit_engine import load_draft, load_target
     from onebit_engine.default_model import builtin_paths, load_tokenizer
 
     target_dir, draft_dir, tok = builtin_paths()
@@ -113,7 +113,7 @@ def make_trained_port(options: PortOptions) -> OnebitPort:
 
 def make_port(options: PortOptions) -> OnebitPort:
     """Entry point of the ``specverify.ports`` group: the tiny seeded hybrid target."""
-    from onebit_engine.target.model.synthetic import random_target, tiny_config
+    from onebit_engine.target.synthetic import random_target, tiny_config
 
     target = random_target(tiny_config(**TINY), seed=1000 + options.seed, backend=options.backend or "reference",
                            row_set=options.row_set or 8)
@@ -122,7 +122,7 @@ def make_port(options: PortOptions) -> OnebitPort:
 
 def make_folder_port(folder, options: PortOptions, *, name: str = "onebit-folder") -> OnebitPort:
     """The engine on the checkpoint in ``folder`` (config.json + safetensors), with a seeded random draft."""
-    from onebit_engine import load_targetNone
+    from onebit_engine import load_target
 
     target = load_target(folder, backend=options.backend or "reference", row_set=options.row_set or 8)
     return OnebitPort(target, name=name, draft_seed=options.seed)
