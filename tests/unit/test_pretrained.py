@@ -97,7 +97,7 @@ def test_greedy_output_on_every_default_prompt_is_varied(target, tok, kind):
 
 def test_default_prompts_end_on_a_token_boundary_the_tokenizer_produces(tok):
     """No prompt ends in a bare newline: the byte-level BPE merges a newline with the indentation that
-    follows it, so a trailing "\n" token tells the model "column 0" (tools/train_pair.py code_prompts)."""
+    follows it, so a trailing "\n" token tells the model "column 0" (tools/trainpair/data.py code_prompts)."""
     for p in default_prompts():
         assert not p["text"].endswith(("\n", " ")), p["source"]
 
