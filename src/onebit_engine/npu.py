@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import BackendUnavailable
+from .gemm.xrt_layout import generation_of
+
 MIN_MEMLOCK = 1 << 30  # below this, resident weights of a real model will not fit
-NPU2_TOKENS = ("npu4", "npu5", "npu6", "strix", "krackan", "kraken", "gorgon")
-NPU1_TOKENS = ("npu1", "phoenix", "hawk")
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,6 @@ class DeviceStatus:
         out += [f"  note: {n}" for n in self.notes]
         return out
 
-
-def generation_of(model: str | None) -> str | None:
-    low = (model or "").lower()
-    if any(t in low for t in NPU2_TOKENS):
-        return "npu2"
-    if any(t in low for t in NPU1_TOKENS):
-        return "npu1"
-    return None
 
 
 def _read(path: Path) -> str | None:
@@ -117,11 +109,12 @@ def detect_npu(*, accel_glob: str = "/dev/accel/accel*", sysfs: str | Path = "/s
     if not import_xrt:
         return DeviceStatus(True, f"NPU node {node} bound to amdxdna (XRT not checked)", **found)
     if xrt is None:
+        from .gemm.xrt import import_pyxrt  # the xrt backend is the one importer of pyxrt
+
         try:
-            xrt = importlib.import_module("pyxrt")
-        except Exception as exc:  # ImportError, or a broken XRT build raising anything else
-            return DeviceStatus(False, f"NPU at {node} but `import pyxrt` failed ({exc}): pyxrt ships with XRT, not PyPI - "
-                                       f"`source /opt/xilinx/xrt/setup.sh` or add $XILINX_XRT/python to PYTHONPATH", **found)
+            xrt = import_pyxrt()
+        except BackendUnavailable as exc:
+            return DeviceStatus(False, f"NPU at {node} but `import pyxrt` failed: {exc}", **found)
     if not open_device:
         return DeviceStatus(True, f"NPU at {node}, pyxrt importable", **found)
     try:

@@ -58,7 +58,7 @@ def test_pyxrt_missing_and_open_failure(tmp_path, monkeypatch):
     g, sysfs = fake_host(tmp_path)
     monkeypatch.setitem(sys.modules, "pyxrt", None)
     s = detect_npu(accel_glob=g, sysfs=sysfs)
-    assert not s.present and "import pyxrt" in s.reason and "not PyPI" in s.reason
+    assert not s.present and "import pyxrt" in s.reason and "not on PyPI" in s.reason
     s = detect_npu(accel_glob=g, sysfs=sysfs, xrt=FakePyxrt(present=False))
     assert not s.present and "pyxrt.device(0) failed" in s.reason
 

@@ -43,10 +43,10 @@ from typing import Any
 import numpy as np
 
 from onebit_engine.gemm import npu_emulator
+from onebit_engine.gemm.xrt_layout import generation_of as engine_generation_of
 
 FAULTS = ("ok", "timeout", "timeout_late", "abort", "error", "raise", "noop", "partial", "garbage", "slow")
 HWCTX_LIMIT = {"npu1": 6, "npu2": 16}
-NPU2_NAMES = ("npu4", "npu5", "npu6", "Strix", "Krackan", "Gorgon")
 
 
 class FakeXrtViolation(AssertionError):
@@ -86,7 +86,7 @@ class bo_flags(enum.Enum):  # noqa: N801
 
 
 def generation_of(name: str) -> str:
-    return "npu2" if any(t in name for t in NPU2_NAMES) else "npu1"
+    return engine_generation_of(name) or "npu1"
 
 
 class FakePyxrt:

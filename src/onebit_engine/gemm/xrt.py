@@ -48,6 +48,7 @@ from .xrt_layout import (
     KernelManifest,
     WeightPlan,
     c_block,
+    generation_of,
     m_blocks,
     pack_a_block,
     pack_weight_blocks,
@@ -61,22 +62,11 @@ SENTINEL = np.int32(-(2**31))  # |valid output| <= K * 127^2 < 2^31 - 1, so no l
 FALLBACKS = ("host-int", None)
 OPEN_ATTEMPTS = 3
 OPEN_BACKOFF_S = 0.02
-NPU2_NAMES = ("npu4", "npu5", "npu6", "strix", "krackan", "kraken", "gorgon")
-NPU1_NAMES = ("npu1", "phoenix", "hawk")
 
 
 class DeviceFault(OnebitError, RuntimeError):
     """A launch failed on every attempt and the backend was built with ``fallback=None``."""
 
-
-def generation_from_name(name: str) -> str | None:
-    """``RyzenAI-npu5`` / ``NPU Strix Halo`` -> ``npu2``; ``RyzenAI-npu1`` / ``Phoenix`` -> ``npu1``."""
-    low = name.lower()
-    if any(t in low for t in NPU2_NAMES):
-        return "npu2"
-    if any(t in low for t in NPU1_NAMES):
-        return "npu1"
-    return None
 
 
 def default_manifest(generation: str) -> Path:
@@ -175,7 +165,7 @@ def _acquire(xrt: Any, index: int) -> _Session:
             name = str(device.get_info(xrt.xrt_info_device.name))
         except Exception:  # noqa: BLE001 - an old XRT without the query: the manifest check will say so
             name = "unknown"
-        s = _SESSIONS[key] = _Session(xrt, index, device, name, generation_from_name(name))
+        s = _SESSIONS[key] = _Session(xrt, index, device, name, generation_of(name))
     s.refs += 1
     return s
 
@@ -260,7 +250,7 @@ class XrtBackend:
         self._weights: list[XrtWeight] = []
         self._session: _Session | None = None
 
-        self.xrt = xrt if xrt is not None else _import_pyxrt()
+        self.xrt = xrt if xrt is not None else import_pyxrt()
         self.man = manifest if isinstance(manifest, KernelManifest) or manifest is None else KernelManifest.load(manifest)
         self._session = _acquire(self.xrt, device_index)
         try:
@@ -467,10 +457,11 @@ def _state_name(state: Any) -> str:
     return getattr(state, "name", str(state)).split(".")[-1]
 
 
-def _import_pyxrt() -> Any:
+def import_pyxrt() -> Any:
+    """The ``pyxrt`` module: the one place the engine imports it (lazily: XRT is optional and heavy)."""
     try:
-        import pyxrt  # noqa: PLC0415 - lazy on purpose: XRT is optional and heavy
-    except ImportError as exc:
+        import pyxrt  # noqa: PLC0415
+    except Exception as exc:  # ImportError, or a broken XRT build raising anything else
         raise BackendUnavailable(
             f"GEMM backend 'xrt' needs pyxrt, which ships with XRT and is not on PyPI (the PyPI package 'xrt' is "
             f"unrelated): `source /opt/xilinx/xrt/setup.sh` or put $XILINX_XRT/python on PYTHONPATH; see "
@@ -485,4 +476,4 @@ def _make(**options: Any) -> XrtBackend:
 
 register("xrt", _make)
 
-__all__ = ["XrtBackend", "XrtWeight", "DeviceFault", "GENERATIONS", "generation_from_name", "default_manifest"]
+__all__ = ["XrtBackend", "XrtWeight", "DeviceFault", "GENERATIONS", "generation_of", "import_pyxrt", "default_manifest"]

@@ -32,9 +32,11 @@ from ..errors import BackendUnavailable, ConfigError
 
 SCHEMA = 1
 GENERATIONS = ("npu1", "npu2")
+# The one table of XDNA generations by device name (sysfs vbnv or XRT's name, lower-cased tokens)
+GENERATION_TOKENS = {"npu2": ("npu4", "npu5", "npu6", "strix", "krackan", "kraken", "gorgon"),
+                     "npu1": ("npu1", "phoenix", "hawk")}
 MAX_COLS = {"npu1": 4, "npu2": 8}             # usable AIE columns (Phoenix/Hawk: 4 of 5; Strix/Krackan: 8)
 MAC_TILE_I8 = {"npu1": (4, 8, 8), "npu2": (8, 8, 8)}  # r x s x t of the i8 mmul intrinsic
-HWCTX_LIMIT = {"npu1": 6, "npu2": 16}          # driver hwctx_limit
 N_AIE_ROWS = 4                                  # compute rows of the whole_array design
 B_LAYOUTS = ("row_major_KN", "col_major_NK")    # col_major_NK is nn.Linear's W[N, K] (b_col_maj=1)
 C_LAYOUTS = ("row_major_MN",)
@@ -49,6 +51,15 @@ L1_BYTES = 64 << 10                 # per core, stack included
 L1_STACK_RESERVE = 1 << 10
 
 INT32_MAX = 2**31 - 1
+
+
+def generation_of(name: str | None) -> str | None:
+    """``RyzenAI-npu5`` / ``NPU Strix Halo`` -> ``npu2``; ``RyzenAI-npu1`` / ``Phoenix`` -> ``npu1``; else None."""
+    low = (name or "").lower()
+    for generation, tokens in GENERATION_TOKENS.items():
+        if any(t in low for t in tokens):
+            return generation
+    return None
 
 
 def sha256_file(path: Path) -> str:
