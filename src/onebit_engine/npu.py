@@ -109,7 +109,9 @@ def detect_npu(*, accel_glob: str = "/dev/accel/accel*", sysfs: str | Path = "/s
     if not import_xrt:
         return DeviceStatus(True, f"NPU node {node} bound to amdxdna (XRT not checked)", **found)
     if xrt is None:
-        from .gemm.xrt import import_pyxrt  # the xrt backend is the one importer of pyxrt
+        from .gemm.xrt import (
+            import_pyxrt,  # the xrt backend is the one importer of pyxrt
+        )
 
         try:
             xrt = import_pyxrt()

@@ -144,7 +144,7 @@ def test_real_pair_first_speculative_token(tmp_path):
     """The hybrid target and a real DFlash draft at T = 0.8: t1 | t0 follows the target's p."""
     from onebit_engine.draft import load_draft
     from onebit_engine.draft.synthetic import write_synthetic_draft
-    from onebit_engine.loop.sampling import probs
+    from onebit_engine.ops.sampling import probs
     from onebit_engine.target.synthetic import random_target, tiny_config
 
     cfg = tiny_config(vocab_size=8)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..gemm import Linear
-from ..loop.sampling import draw
+from ..ops.sampling import draw
 
 F32 = np.float32
 

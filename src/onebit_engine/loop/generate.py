@@ -8,8 +8,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..measure.provenance import run_provenance
+from ..ops.sampling import choose, finite_row
 from .inputs import check_run
-from .sampling import choose, finite_row
 
 
 @dataclass

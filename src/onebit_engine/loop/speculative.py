@@ -25,9 +25,9 @@ import numpy as np
 
 from ..errors import ConfigError, NumericalError
 from ..measure.provenance import device_provenance, run_provenance
+from ..ops.sampling import choose, draw, finite_row, probs
 from ..target.commit import COMMIT_PATHS
 from .inputs import check_run
-from .sampling import choose, draw, finite_row, probs
 
 
 class DraftLike(Protocol):

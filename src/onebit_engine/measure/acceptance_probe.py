@@ -78,7 +78,7 @@ def check_capture_length(max_new_tokens: int) -> None:
 def capture(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, tap_layers: Sequence[int],
             provenance: dict[str, Any], progress: Progress | None = None) -> Capture:
     """Greedy-decode every prompt (one forward per token, as ``generate``) and keep the taps."""
-    from ..loop.sampling import greedy
+    from ..ops.sampling import greedy
 
     check_capture_length(max_new_tokens)
     layers = sorted({int(i) for i in tap_layers})
