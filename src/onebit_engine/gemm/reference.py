@@ -1,7 +1,7 @@
 """The ``reference`` backend: float32 weights, numpy (BLAS) ``x @ W.T``.
 
 Exact in the engine's sense because of one measured fact, pinned by
-``tests/unit/test_gemm_invariance.py``: inside an OpenBLAS sgemm call of exactly ``BLAS_ROWS`` (8) rows,
+``tests/gemm/test_gemm_invariance.py``: inside an OpenBLAS sgemm call of exactly ``BLAS_ROWS`` (8) rows,
 a row's result does not depend on its position or on the other rows. Other row counts do not all have
 that property (here 5-7 and 9-16 rows did not, and 3 rows did not when N == 1), so every multi-row call
 is run as 8-row blocks; a 1-row call is a single gemv and trivially row-independent.

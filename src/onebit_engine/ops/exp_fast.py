@@ -3,7 +3,7 @@
 Why: numba calls libm's scalar ``expf`` inside loops (no SIMD without Intel's SVML); the SiLU gates,
 sigmoids and softmaxes of one verify row of the built-in target make ~4000 such calls. This one is
 Cephes' ``expf`` (range reduction by ln 2 in two parts, degree-6 polynomial, exponent built from its
-bits): max relative error 1.35 ulp against float64 ``exp`` on [-87, 88] (``tests/unit/test_exp_fast.py``).
+bits): max relative error 1.35 ulp against float64 ``exp`` on [-87, 88] (``tests/ops/test_exp_fast.py``).
 Deterministic per element: the same input gives the same bits in a vector lane or a scalar tail, so a
 row's result never depends on the other rows of a call. Callers must be compiled with
 ``error_model="numpy"`` (numba's default Python error model adds a branch per division, which stops

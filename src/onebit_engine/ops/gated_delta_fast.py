@@ -2,7 +2,7 @@
 and, for the target's compiled path, the whole mixer between its two projections for all rows of a call.
 
 Same math and the same order of the recurrence steps as :func:`ops.gated_delta.gdn_token`; sums run in
-float32 loops, so it agrees with the numpy twin to rounding (``tests/unit/test_gdn_fast.py`` pins the
+float32 loops, so it agrees with the numpy twin to rounding (``tests/ops/test_gdn_fast.py`` pins the
 two within ``GDN_TWIN_RTOL``), not bitwise. Every row of every call - a plain step, a verify, a commit's
 replay - goes through the one function :func:`_token`, so the target's exact claims hold on this path:
 a row's bits depend only on that row's inputs and the state, never on how many rows the call had.

@@ -9,7 +9,7 @@ F32 = np.float32
 def mean_square(x: np.ndarray) -> np.ndarray:
     """``np.mean(x * x, axis=-1, keepdims=True, dtype=float32)`` bit for bit (the same pairwise
     ``add.reduce``; mean divides in float64 and rounds, which equals one float32 division since
-    53 >= 2 * 24 + 2), without np.mean's ~7 us of Python per call. Pinned by tests/unit/test_norm_fast.py."""
+    53 >= 2 * 24 + 2), without np.mean's ~7 us of Python per call. Pinned by tests/ops/test_norm_fast.py."""
     return np.add.reduce(x * x, axis=-1, keepdims=True, dtype=F32) / F32(x.shape[-1])
 
 
