@@ -26,11 +26,10 @@ import numpy as np
 
 from ..errors import StateError
 from ..gemm import Linear
-from ..ops.rope import inv_freq
+from ..ops.rope import RopeTable, inv_freq
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
 from .ops import DraftOps, resolve_ops
-from .rope_table import RopeTable
 from .selector import CandidateSelector, sample_index, softmax
 from .state import DraftState
 

@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from ..ops import norm_fast
 from ..ops.attention import attend_row
 from ..ops.norm import rms_norm, silu
+from ..ops.rope import rotate_half
 from . import kernels
 from .conv import grouped_dynamic_conv
 from .selector import greedy_walk, pair_scores, top_candidates
@@ -48,9 +49,7 @@ def heads_numpy(y: np.ndarray, col0: int, n: int, weight: np.ndarray, cos: np.nd
     Shapes: y [T, C]; weight [hd]; cos, sin [T, hd] -> [n, T, hd]."""
     hd = weight.shape[0]
     x = rms_norm(y[:, col0 : col0 + n * hd].reshape(y.shape[0], n, hd), weight, eps)  # [T, n, hd]
-    half = hd // 2
-    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    x = x * cos[:, None, :] + rot * sin[:, None, :]
+    x = x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
     return np.ascontiguousarray(x.transpose(1, 0, 2))
 
 

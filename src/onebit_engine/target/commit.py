@@ -19,7 +19,8 @@ from typing import Mapping, Protocol
 import numpy as np
 
 from ..errors import ConfigError, StateError, StateMismatch
-from .state import GDNLayerState, KVLayerState, TargetState, VerifyRecord
+from ..ops.kv_cache import KVCache
+from .state import GDNLayerState, TargetState, VerifyRecord
 
 COMMIT_PATHS = ("keep", "replay", "checkpoint")
 
@@ -61,7 +62,7 @@ def commit_verify(mixers: Mapping[int, Replays], state: TargetState, accepted_ro
         else:
             state.layers[i] = replay_layer(mixers[i], record, i, accepted)
     for st in state.layers:
-        if isinstance(st, KVLayerState):
+        if isinstance(st, KVCache):
             st.truncate(record.start_pos + accepted)
     state.pos = record.start_pos + accepted
     state.pending = None

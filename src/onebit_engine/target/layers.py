@@ -15,12 +15,13 @@ from ..ops.attention import attend_row
 from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
 from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
+from ..ops.kv_cache import KVCache
 from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from ..ops.norm_fast import rms_norm_rows, silu_mul
 from ..ops.rope import apply_rope, cos_sin, inv_freq
 from .config import TargetConfig
 from .moe_mlp import MoeMLP
-from .state import GDNLayerState, KVLayerState
+from .state import GDNLayerState
 
 F32 = np.float32
 
@@ -163,10 +164,10 @@ class GatedAttention:
         self.scale = float(cfg.head_dim) ** -0.5
         self.eps = F32(cfg.rms_norm_eps)
 
-    def new_state(self) -> KVLayerState:
-        return KVLayerState.empty(self.cfg.num_key_value_heads, self.cfg.head_dim)
+    def new_state(self) -> KVCache:
+        return KVCache(self.cfg.num_key_value_heads, self.cfg.head_dim)
 
-    def __call__(self, h, n, st: KVLayerState, pos: int, layer: int, recorder):
+    def __call__(self, h, n, st: KVCache, pos: int, layer: int, recorder):
         qkv = self.qkv_proj(h)  # [R, H*2*hd + 2*HKV*hd]: per head [query | gate], then k, v
         y = self._rows_compiled(qkv, n, st, pos) if self.compiled else self._rows_numpy(qkv, n, st, pos)
         return self.o_proj(y)
