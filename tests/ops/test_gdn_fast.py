@@ -1,7 +1,8 @@
 """The compiled delta-net token (numba) against its numpy reference twin: same math to rounding."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from onebit_engine.ops.gated_delta import gdn_token
 from onebit_engine.ops.gated_delta_fast import gdn_token_fast

@@ -161,8 +161,8 @@ def test_target_truncate_past_length_is_a_state_error():
 
 def test_draft_attention_bits_do_not_depend_on_kv_capacity():
     """The draft's attention twins (numpy, numba) read a keys_last cache's live columns only."""
-    from onebit_engine.draft.ops import NUMBA_OPS, NUMPY_OPS
     from onebit_engine.draft.kernels import nb
+    from onebit_engine.draft.ops import NUMBA_OPS, NUMPY_OPS
     from onebit_engine.draft.state import DraftState
 
     rng = np.random.default_rng(5)

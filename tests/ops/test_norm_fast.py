@@ -1,6 +1,7 @@
 """mean_square (the norms' fast path) == its obviously correct twin, np.mean in float32, bit for bit."""
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from onebit_engine.ops.norm import mean_square
 
