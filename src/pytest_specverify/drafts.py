@@ -66,6 +66,8 @@ class ForcingDraft:
     cannot tell the draft (the rows of a later append are then the ones the script made acceptable).
     """
 
+    block_size = None  # no fixed block: proposes any number of drafts (the engine's loop reads it)
+
     def __init__(self, sequence: Sequence[int], vocab_size: int, script: Script, *, reference_taps=None,
                  same_taps: Callable[[Any, Any], bool] | None = None, prompt_length: int | None = None,
                  nearest: bool = False):
@@ -161,6 +163,8 @@ class SelfDraft:
     later append of T rows is ``[anchor, d1..d(T-1)]`` of the last proposal.
     """
 
+    block_size = None  # no fixed block: proposes any number of drafts (the engine's loop reads it)
+
     def __init__(self, port, prompt: Sequence[int]):
         self.port = port
         self.prompt = [int(t) for t in prompt]
@@ -216,6 +220,8 @@ class DistributionDraft:
     """Proposes d_i ~ q[i] with the loop's rng (its own seeded ``rng`` when the loop passes none), whatever
     the context (q [k, V], rows sum to 1)."""
 
+    block_size = None  # no fixed block: proposes any number of drafts (the engine's loop reads it)
+
     def __init__(self, q, seed: int = 0):
         import numpy as np
 
@@ -258,6 +264,11 @@ class AuditedDraft:
         self.same_q = same_q
         self.problems: list[str] = []
         self.checked = 0
+
+    @property
+    def block_size(self) -> "int | None":
+        """The wrapped draft's (None when it declares none)."""
+        return getattr(self.draft, "block_size", None)
 
     def new_state(self) -> AuditState:
         return AuditState(self.draft.new_state())

@@ -22,7 +22,9 @@ the target's taps of every *committed* row, in order; ``propose(dstate, anchor, 
 rng) -> obj`` with ``.tokens`` [n] and ``.q`` [n, V]. The anchor is the last committed token, which
 sits at position ``len(context)``: the prompt's rows are the first context, each round then appends
 the rows ``[last, d1..da]`` it committed. The draft state is a function of the appended context alone:
-``propose`` must leave it as it found it (``checks.draft_consistency``).
+``propose`` must leave it as it found it (``checks.draft_consistency``). The onebit engine's loop
+also reads ``draft.block_size`` (anchor + the most drafts a proposal makes; None: no fixed block), so
+the plugin's own drafts carry one.
 
 Loop contract: ``speculative_generate`` returns a :class:`SpecRun` whose ``tokens`` are the generated
 ids (prompt excluded; the first one comes from the prefill) and whose ``accepted``/``proposed`` give,

@@ -64,6 +64,8 @@ class ControlledDraft:
     """The first proposal of a run (anchor t0) comes from ``controlled_q(p_of(t0))``; later ones from
     the fixed ``fallback`` q rows (those rounds are not tested). Draws with the loop's rng."""
 
+    block_size = None  # no fixed block: proposes any number of drafts (the engine's loop reads it)
+
     def __init__(self, p_of, fallback, seed: int, second=None, exact: bool = False):
         self.p_of, self.fallback, self.seed, self.second, self.exact = p_of, fallback, seed, second, exact
         self.inner = DistributionDraft(fallback, seed)

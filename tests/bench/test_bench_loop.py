@@ -83,7 +83,7 @@ class OracleDraft:
 
     def __init__(self, draft, truth: list[int], prompt_len: int, a: float, vocab: int):
         self.inner, self.truth, self.p, self.a, self.vocab = draft, truth, prompt_len, a, vocab
-        self.config, self.fc = draft.config, draft.fc
+        self.config, self.fc, self.block_size = draft.config, draft.fc, draft.block_size
 
     def new_state(self):
         return self.inner.new_state()

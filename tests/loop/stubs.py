@@ -22,6 +22,7 @@ class ScriptedDraft:
 
     def __init__(self, target, prompt, max_new_tokens, block_size=8, wrong_at=lambda r: None):
         self.config = SimpleNamespace(block_size=block_size, version=0)
+        self.block_size = block_size
         self.vocab = target.config.vocab_size
         self.truth = generate(target, prompt, max_new_tokens=max_new_tokens + block_size).tokens
         self.prompt_len = len(prompt)
@@ -88,6 +89,7 @@ class BigramDraft:
     def __init__(self, Q: np.ndarray, block_size=5):
         self.Q = Q
         self.config = SimpleNamespace(block_size=block_size, version=0)
+        self.block_size = block_size
 
     def new_state(self):
         return SimpleNamespace(length=0)

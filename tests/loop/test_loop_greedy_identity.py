@@ -8,6 +8,7 @@ from onebit_engine.draft.synthetic import write_synthetic_draft
 from onebit_engine.loop.generate import generate
 from onebit_engine.gemm import available_backends, get_backend
 from onebit_engine.loop.speculative import speculative_generate
+from onebit_engine.measure.provenance import loop_provenance
 from onebit_engine.target.synthetic import random_target, tiny_config
 
 from .stubs import ScriptedDraft
@@ -108,9 +109,11 @@ def test_result_and_provenance(tmp_path):
     got = speculative_generate(target, draft, [1, 2, 3], max_new_tokens=20, k=4, commit_path="replay")
     s = got.summary()
     assert s["tokens"] == 20 and s["rounds"] == len(got.rounds)
+    assert got.provenance == {}  # the loop computes none; the reporting caller does
+    prov = loop_provenance(target, draft, k=4, commit_path="replay")
     for key in ("engine_version", "git_revision", "backend", "row_set", "kernel_set", "commit_path", "k"):
-        assert key in got.provenance
-    assert got.provenance["commit_path"] == "replay" and got.provenance["k"] == 4
+        assert key in prov
+    assert prov["commit_path"] == "replay" and prov["k"] == 4 and prov["mode"] == "speculative"
     assert all(r.draft_ms >= 0 and r.verify_ms > 0 and r.commit_ms >= 0 for r in got.rounds)
 
 

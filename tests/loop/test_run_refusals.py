@@ -58,6 +58,7 @@ class FixedDraft:
     """Proposes tokens 1, 2, 3 with a uniform q whatever the context (a valid draft at any T)."""
 
     config = type("C", (), {"block_size": 4, "version": 0})()
+    block_size = 4
 
     def new_state(self):
         return None

@@ -171,6 +171,10 @@ class _WrappedDraft:
     def __init__(self, inner):
         self.inner = inner
 
+    @property
+    def block_size(self):
+        return self.inner.block_size
+
     def new_state(self):
         return self.inner.new_state()
 

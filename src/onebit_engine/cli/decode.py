@@ -42,7 +42,9 @@ def cmd_generate(args) -> int:
     with ui.Bar(args.max_new_tokens, "generate", ui.progress_enabled(args)) as bar:
         target = _Counted(loaded.target, "forward", bar) if bar.enabled else loaded.target
         res = generate(target, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-    prov = dict(res.provenance, model_hash=loaded.model_hash, model_path=str(loaded.target_path))
+    from ..measure.provenance import plain_provenance
+
+    prov = dict(plain_provenance(loaded.target, temperature=args.temperature), model_hash=loaded.model_hash, model_path=str(loaded.target_path))
     if args.json:
         ui.print_json({"command": "generate", "prompt": prompt, "tokens": res.tokens, "text": _text(res.tokens, loaded),
                        "stop_reason": res.stop_reason, "tokens_per_s": res.tokens_per_s, "prefill_ms": 1e3 * res.prefill_s,
@@ -62,6 +64,7 @@ def _text(tokens, loaded) -> str | None:
 def cmd_loop(args) -> int:
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
+    from ..measure.provenance import loop_provenance
 
     if args.check is None:  # default: check (and show the speedup) whenever identity is the claim
         args.check = args.temperature == 0
@@ -82,6 +85,9 @@ def cmd_loop(args) -> int:
             fallback=None if args.fallback == "none" else args.fallback, commit_path=args.commit_path,
             replay_check=args.replay_check, seed=args.seed,
         )
+    # the run's provenance, read right after it (the backends' event counts are the loop's, not the check's)
+    run = loop_provenance(loaded.target, loaded.draft, k=plan.k, commit_path=args.commit_path, temperature=args.temperature,
+                          fallback=None if args.fallback == "none" else args.fallback)
     summary = res.summary()
     check = None
     if args.check:
@@ -94,7 +100,7 @@ def cmd_loop(args) -> int:
                  "plain_rows_per_call": 1, "plain_threads": plan.plain_threads, "identity_row_set": loaded.target.row_set,
                  "speculative_token": res.tokens[at] if at is not None and at < len(res.tokens) else None,
                  "plain_token": plain_tokens[at] if at is not None and at < len(plain_tokens) else None, **speed}
-    prov = loaded.provenance(**{k2: v for k2, v in res.provenance.items() if k2 not in ("backend", "kernel_set", "row_set")})
+    prov = loaded.provenance(**{k2: v for k2, v in run.items() if k2 not in ("backend", "kernel_set", "row_set")})
     prov["threads"] = plan.spec_threads
     if args.json:
         ui.print_json({"command": "loop", "prompt": prompt, "tokens": res.tokens, "text": _text(res.tokens, loaded),

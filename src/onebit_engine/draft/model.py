@@ -104,6 +104,11 @@ class Draft:
         self.tap_index = np.asarray(config.target_layer_ids, dtype=np.int64)
         self._causal, self._windows = config.causal, config.windows  # per layer (dflash.md 2.4)
 
+    @property
+    def block_size(self) -> int:
+        """The anchor plus the most drafts one proposal makes (the loop's k is at most block_size - 1)."""
+        return self.config.block_size
+
     def new_state(self) -> DraftState:
         c = self.config
         return DraftState(c.num_hidden_layers, c.num_key_value_heads, c.head_dim)

@@ -12,6 +12,11 @@ One round (the seed PR's ``dflash2_probe loop``):
 4. ``commit(a + 1)`` keeps ``last`` and the accepted drafts; the accepted rows' taps go to the draft;
 5. emit ``d1..da`` and the bonus (cut at a stop token or at ``max_new_tokens``).
 
+``speculative_round`` is steps 1-4 (no timing, no provenance); ``speculative_generate`` is the driver:
+prefill, rounds, step 5, the length limit and stop tokens, the fallback policy, and each round's timing,
+measured around the round call. Provenance is the reporting caller's
+(``measure.provenance.loop_provenance``).
+
 At T = 0 the output is token-for-token plain greedy decoding of the same build and row set, because
 the verify's rows are bitwise single steps (see ``target.py``).
 """
@@ -24,14 +29,17 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..errors import ConfigError, NumericalError
-from ..measure.provenance import device_provenance, run_provenance
 from ..ops.sampling import choose, draw, finite_row, probs
 from ..target.commit import COMMIT_PATHS
 from .inputs import check_run
 
 
 class DraftLike(Protocol):
-    """What the loop needs of a draft (``onebit_engine.draft.Draft`` or a scripted stand-in)."""
+    """What the loop needs of a draft (``onebit_engine.draft.Draft`` or a scripted stand-in).
+    ``block_size``: the anchor plus the most drafts one proposal makes (k <= block_size - 1); None for a
+    draft with no fixed block (any k >= 1)."""
+
+    block_size: int | None
 
     def new_state(self) -> Any: ...
     def append_context(self, state: Any, taps: np.ndarray) -> None: ...
@@ -66,7 +74,7 @@ class SpecResult:
     fallback_at: int | None = None  # index of the first token produced by plain steps after a fallback
     plain_steps: int = 0
     step_ms: float | None = None  # measured plain-step cost, when the fallback needed it
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)  # empty: the reporting caller fills it (loop_provenance)
 
     @property
     def tokens_per_s(self) -> float:
@@ -165,6 +173,70 @@ def sampled_accept(drafts: Sequence[int], q: np.ndarray, logits: np.ndarray, tem
     return len(drafts), draw(probs(finite_row(logits[len(drafts)], f"verify row {len(drafts)}"), temperature), rng)
 
 
+@dataclass(frozen=True)
+class Round:
+    """What one round did: the ``proposed`` drafts, how many were ``accepted`` and the ``bonus`` token.
+    ``tokens`` (accepted drafts + bonus) is what the round emits, before the driver's stop/length cut."""
+
+    drafts: tuple[int, ...]
+    accepted: int
+    bonus: int
+
+    @property
+    def proposed(self) -> int:
+        return len(self.drafts)
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self.drafts[: self.accepted]) + [self.bonus]
+
+
+def _no_phase(name: str) -> None:
+    pass
+
+
+def speculative_round(
+    target, draft: DraftLike, state, dstate, last: int, n: int, *, temperature: float = 0.0,
+    rng: np.random.Generator | None = None, commit_path: str = "keep", replay_check: bool = False,
+    label: str = "", phase: Callable[[str], None] = _no_phase,
+) -> Round:
+    """One round from the anchor ``last``: draft ``n`` tokens, verify ``[last, d1..dn]`` (n + 1 rows),
+    accept (greedy at T = 0, rejection sampling at T > 0), ``commit(a + 1)``, append the kept rows' taps
+    to the draft's context. No timing: ``phase("draft" | "verify" | "commit")`` is called as each part
+    ends (the driver's clock). ``label`` prefixes a NumericalError of the acceptance (where in the run)."""
+    sampling = temperature > 0
+    prop = draft.propose(dstate, last, n, temperature=temperature, rng=rng if sampling else None)
+    drafts = [int(t) for t in np.asarray(prop.tokens).reshape(-1)[:n]]
+    phase("draft")
+    # A target that can compute a verify's logits later (``Target.logits``) skips the lm_head of the rows
+    # past the first rejection; any other target returns them all from verify.
+    lazy = {"logits": False} if callable(getattr(target, "logits", None)) else {}
+    ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"), **lazy)
+    rows = RowLogits(len(drafts) + 1, lambda lo, hi: target.logits(ver.hidden[lo:hi, -1])) if lazy else ver.logits
+    try:
+        if sampling:
+            a, bonus = sampled_accept(drafts, prop.q, rows, temperature, rng)
+        else:
+            a, bonus = greedy_accept(drafts, rows)
+    except NumericalError as e:  # name where in the run it happened
+        if not label:
+            raise
+        raise NumericalError(f"{label}, {e}") from None
+    phase("verify")
+    target.commit(state, a + 1, path=commit_path, replay_check=replay_check)
+    phase("commit")
+    draft.append_context(dstate, ver.hidden[: a + 1])
+    return Round(tuple(drafts), a, bonus)
+
+
+def draft_block_size(draft) -> int:
+    """The draft's block size (anchor + drafts per round); 0 for a draft with no fixed block (None)."""
+    if not hasattr(draft, "block_size"):
+        raise ConfigError(f"the draft ({type(draft).__name__}) has no 'block_size' attribute: the loop's draft protocol "
+                          f"needs it (the draft's block, anchor + drafts per round; None for a draft with no fixed block)")
+    return int(draft.block_size or 0)
+
+
 def speculative_generate(
     target, draft: DraftLike, prompt: Sequence[int], *, max_new_tokens: int, k: int | None = None,
     temperature: float = 0.0, fallback: "str | FallbackPolicy | None" = None, commit_path: str = "keep",
@@ -174,8 +246,10 @@ def speculative_generate(
 
     ``fallback``: None (never), ``"break-even"`` (finish with plain steps once the last 3 rounds were
     slower per token than a measured plain step) or a callable ``(rounds, step_ms) -> bool``.
+    The result's ``provenance`` is left empty: a caller that reports computes it
+    (``measure.provenance.loop_provenance``).
     """
-    block = int(getattr(getattr(draft, "config", None), "block_size", 0) or 0)
+    block = draft_block_size(draft)
     max_k = block - 1 if block else None
     k = max_k if k is None else int(k)
     if k is None or k < 1 or (max_k is not None and k > max_k):
@@ -188,11 +262,7 @@ def speculative_generate(
         raise ConfigError(f"fallback {fallback!r} must be None, 'break-even' or a callable (rounds, step_ms) -> bool")
     stops = set(target.config.eos_token_ids if stop_tokens is None else stop_tokens)
     rng = np.random.default_rng(seed)
-    sampling = temperature > 0
 
-    # A target that can compute a verify's logits later (``Target.logits``) skips the lm_head of the rows
-    # past the first rejection; any other target returns them all from verify.
-    lazy = {"logits": False} if callable(getattr(target, "logits", None)) else {}
     state, dstate = target.new_state(), draft.new_state()
     out: list[int] = []
     rounds: list[RoundStats] = []
@@ -217,6 +287,11 @@ def speculative_generate(
     def done() -> bool:
         return res.stop_reason == "stop_token" or len(out) >= max_new_tokens
 
+    marks: dict[str, float] = {}
+
+    def clock(name: str) -> None:
+        marks[name] = time.perf_counter()
+
     if max_new_tokens > 0:
         emit([choose(finite_row(pre.logits[-1], "token 0 (prefill)"), temperature, rng)])
     if policy is not None and not done():
@@ -231,36 +306,16 @@ def speculative_generate(
             emit([choose(finite_row(o.logits[0], f"token {len(out)} (plain step)"), temperature, rng)])
             continue
         ta = time.perf_counter()
-        prop = draft.propose(dstate, last, n, temperature=temperature, rng=rng if sampling else None)
-        drafts = [int(t) for t in np.asarray(prop.tokens).reshape(-1)[:n]]
-        tb = time.perf_counter()
-        ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"), **lazy)
-        rows = RowLogits(len(drafts) + 1, lambda lo, hi: target.logits(ver.hidden[lo:hi, -1])) if lazy else ver.logits
-        try:
-            if sampling:
-                a, bonus = sampled_accept(drafts, prop.q, rows, temperature, rng)
-            else:
-                a, bonus = greedy_accept(drafts, rows)
-        except NumericalError as e:  # name where in the run it happened
-            raise NumericalError(f"round {len(rounds) + 1} (after token {len(out) - 1}), {e}") from None
-        tc = time.perf_counter()
-        target.commit(state, a + 1, path=commit_path, replay_check=replay_check)
-        td = time.perf_counter()
-        draft.append_context(dstate, ver.hidden[: a + 1])
+        r = speculative_round(target, draft, state, dstate, last, n, temperature=temperature, rng=rng,
+                              commit_path=commit_path, replay_check=replay_check,
+                              label=f"round {len(rounds) + 1} (after token {len(out) - 1})", phase=clock)
         te = time.perf_counter()
-        emitted = emit(drafts[:a] + [bonus])
-        rounds.append(RoundStats(len(drafts), a, emitted, 1e3 * (tb - ta + te - td), 1e3 * (tc - tb), 1e3 * (td - tc)))
+        tb, tc, td = marks["draft"], marks["verify"], marks["commit"]
+        emitted = emit(r.tokens)
+        rounds.append(RoundStats(r.proposed, r.accepted, emitted, 1e3 * (tb - ta + te - td), 1e3 * (tc - tb), 1e3 * (td - tc)))
         if policy is not None and res.fallback_at is None and policy(rounds, res.step_ms or 0.0):
             res.fallback_at = len(out)
     res.decode_s = time.perf_counter() - t1
-    draft_desc = getattr(getattr(draft, "backend", None), "describe", lambda: {})()
-    res.provenance = run_provenance(
-        target, mode="speculative", commit_path=commit_path, k=k, temperature=temperature,
-        draft_backend=draft_desc.get("backend"), draft_kernel_set=draft_desc.get("kernel_set"),
-        draft_backend_events=draft_desc.get("events"),
-        **{f"draft_{k}": v for k, v in device_provenance(draft_desc).items()}, draft_version=getattr(getattr(draft, "config", None), "version", None),
-        fallback=None if fallback is None else (fallback if isinstance(fallback, str) else "custom"),
-    )
     return res
 
 

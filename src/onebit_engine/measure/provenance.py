@@ -45,6 +45,25 @@ def run_provenance(target, **extra: Any) -> dict[str, Any]:
     }
 
 
+def plain_provenance(target, *, temperature: float = 0.0) -> dict[str, Any]:
+    """``run_provenance`` of a plain decoding run (``loop.generate``), for a caller that reports it."""
+    return run_provenance(target, mode="plain", temperature=temperature)
+
+
+def loop_provenance(target, draft, *, k: int, commit_path: str = "keep", temperature: float = 0.0, fallback=None) -> dict[str, Any]:
+    """``run_provenance`` of a speculative run (``loop.speculative_generate``) of ``draft`` with ``k`` drafts
+    per round: plus the draft's backend (and NPU, on a device) and version and the fallback policy
+    (None, its name, or "custom" for a callable). The loop itself computes none of it (no git, no probe)."""
+    draft_desc = getattr(getattr(draft, "backend", None), "describe", lambda: {})()
+    return run_provenance(
+        target, mode="speculative", commit_path=commit_path, k=k, temperature=temperature,
+        draft_backend=draft_desc.get("backend"), draft_kernel_set=draft_desc.get("kernel_set"),
+        draft_backend_events=draft_desc.get("events"),
+        **{f"draft_{key}": v for key, v in device_provenance(draft_desc).items()}, draft_version=getattr(getattr(draft, "config", None), "version", None),
+        fallback=None if fallback is None else (fallback if isinstance(fallback, str) else "custom"),
+    )
+
+
 def checkpoint_hash(folder: "str | Path") -> str:
     """sha256 over a checkpoint's files (config.json, *.safetensors, the shard index), in name order.
 

@@ -57,7 +57,7 @@ class OnebitPort:
     @property
     def max_k(self) -> "int | None":
         """The draft's block size minus 1 (the engine's loop refuses more); None for a draft without one."""
-        block = int(getattr(getattr(self.make_draft(), "config", None), "block_size", 0) or 0)
+        block = int(self.make_draft().block_size or 0)
         return block - 1 if block > 1 else None
 
     # -- vocabulary and draft --------------------------------------------------------------------
@@ -87,11 +87,13 @@ class OnebitPort:
     def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
                              seed: int | None = None, commit_path: str | None = None) -> SpecRun:
         from onebit_engine import speculative_generate
+        from onebit_engine.measure.provenance import loop_provenance
 
         res = speculative_generate(self.target, draft, list(prompt), max_new_tokens=max_new_tokens, k=k,
                                    temperature=temperature, seed=seed, commit_path=commit_path or "keep", stop_tokens=[])
+        prov = loop_provenance(self.target, draft, k=int(k), commit_path=commit_path or "keep", temperature=temperature)
         return SpecRun(list(res.tokens), [r.accepted for r in res.rounds], [r.proposed for r in res.rounds],
-                       extra={"tokens_per_s": res.tokens_per_s, "provenance": dict(res.provenance)})
+                       extra={"tokens_per_s": res.tokens_per_s, "provenance": prov})
 
     def describe(self) -> dict[str, Any]:
         desc = dict(self.target.backend.describe())

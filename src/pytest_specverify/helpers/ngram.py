@@ -24,6 +24,8 @@ class NgramProposal:
 
 
 class NgramDraft:
+    block_size = None  # no fixed block: proposes any number of drafts (the engine's loop reads it)
+
     def __init__(self, vocab_size: int, *, order: int = 2, seed: int = 0, scale: float = 3.0, buckets: int = 4096):
         import numpy as np
 
