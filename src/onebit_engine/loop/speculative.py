@@ -18,7 +18,7 @@ measured around the round call. Provenance is the reporting caller's
 (``measure.provenance.loop_provenance``).
 
 At T = 0 the output is token-for-token plain greedy decoding of the same build and row set, because
-the verify's rows are bitwise single steps (see ``target.py``).
+the verify's rows are bitwise single steps (see ``target/model.py``).
 """
 from __future__ import annotations
 
