@@ -21,12 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from onebit_engine.measure import bench
-
 from onebit_engine import default_model
-
-from onebit_engine.measure import tune
 from onebit_engine.gemm import get_backend  # noqa: E402
+from onebit_engine.measure import bench_runner, tune
 from onebit_engine.target import load_target  # noqa: E402
 
 
@@ -98,7 +95,7 @@ def main() -> int:
         jobs[("bare verify+commit", k)] = verify_commit(bare, "bare", k)
         hidden = target.verify([last] + drafts[k], states["target"].copy()).hidden[: kept[k] + 1]
         jobs[("append", k)] = (ds.copy, lambda st, h=hidden: draft.append_context(st, h))
-    ms = bench.timed_interleaved(jobs, repeats=args.reps, warmup=3)
+    ms = bench_runner.timed_interleaved(jobs, repeats=args.reps, warmup=3)
     step, bare_step = ms[("step", 0)], ms[("bare step", 0)]
     kind = args.kind or "code and prose pooled"
     print(f"built-in pair, {args.backend} ({b.describe().get('kernel_set')}), {args.threads} thread(s), row set "

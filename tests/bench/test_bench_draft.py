@@ -22,9 +22,9 @@ import os
 import numpy as np
 import pytest
 
+from onebit_engine.default_model import builtin_paths
 from onebit_engine.draft import kernels, load_draft
 from onebit_engine.gemm import get_backend
-from onebit_engine.default_model import builtin_paths
 from onebit_engine.target import load_target
 
 BACKENDS = ["reference", "host-int"]

@@ -5,7 +5,7 @@ session sets both). ``tools/make_benchmarks_md.py`` runs this file and writes ``
 
 Groups (every figure is in ``extra_info``; ratios are measured inside one test, one process):
 
-* ``loop-<size>-<backend>``: plain vs speculative tokens/s (``onebit_engine.measure.bench.run_bench``:
+* ``loop-<size>-<backend>``: plain vs speculative tokens/s (``onebit_engine.measure.bench_runner.run_bench``:
   plain on the same row set, plain at 1 row, the loop), with the measured acceptance and the speedup
   Leviathan et al. predict from it and the measured round cost. Drafts: the real DFlash 2 draft
   (random weights: acceptance ~0) and an *oracle* draft that pays the real draft's cost but proposes
@@ -25,11 +25,10 @@ import numpy as np
 import pytest
 
 from onebit_engine import load_draft, load_target
-
-from onebit_engine.measure import bench
 from onebit_engine.draft import write_synthetic_draft
 from onebit_engine.gemm import Linear
 from onebit_engine.loop.generate import generate
+from onebit_engine.measure import bench_runner
 from onebit_engine.measure.acceptance_probe import expected_tokens
 from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
 from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
@@ -127,7 +126,7 @@ def test_loop_vs_plain(benchmark, checkpoints, size, backend, k, case):
         truth = generate(target, PROMPT, max_new_tokens=NEW_TOKENS + 20, stop_tokens=()).tokens
         draft = OracleDraft(draft, truth, len(PROMPT), a, target.config.vocab_size)
     prov = _provenance(checkpoints, size, target, draft, draft_kind=kind, oracle_a=a)
-    doc = benchmark.pedantic(bench.run_bench, args=(target, one_row, draft, [PROMPT]),
+    doc = benchmark.pedantic(bench_runner.run_bench, args=(target, one_row, draft, [PROMPT]),
                              kwargs=dict(k=k, max_new_tokens=NEW_TOKENS, repeats=3, provenance=prov), rounds=1, iterations=1)
     benchmark.extra_info.update(kind="loop", size=size, backend=backend, k=k, draft=kind, oracle_a=a,
                                 results=doc["results"], provenance=doc["provenance"])
@@ -292,7 +291,7 @@ def test_loop_trained_pair(benchmark, backend, k):
     prov = pair_provenance(target, model_hash=checkpoint_hash(t_dir), draft=draft, draft_hash=checkpoint_hash(d_dir),
                            draft_kind="trained")
     prov["host"] = machine()
-    doc = benchmark.pedantic(bench.run_bench, args=(target, one_row, draft, prompts),
+    doc = benchmark.pedantic(bench_runner.run_bench, args=(target, one_row, draft, prompts),
                              kwargs=dict(k=k, max_new_tokens=NEW_TOKENS, repeats=3, provenance=prov), rounds=1, iterations=1)
     benchmark.extra_info.update(kind="loop", size="trained", backend=backend, k=k, draft="trained", oracle_a=None,
                                 results=doc["results"], provenance=doc["provenance"])

@@ -11,7 +11,7 @@ the same 768 active MLP channels per token, 8x the MLP weights in total.
   row set, on the rows routed to it) and the MoE target with one expert call per (row, expert). Every
   variant's timed runs are interleaved in one shuffled order. Reported with the distinct experts a verify
   touches (mean over layers) against the (k+1) x top_k expert reads of the ungrouped form.
-* ``moe-loop-<backend>``: plain vs speculative tokens/s (``bench.run_bench``, the oracle draft of
+* ``moe-loop-<backend>``: plain vs speculative tokens/s (``bench_runner.run_bench``, the oracle draft of
   test_bench_loop.py at acceptance 0.8, k = 7) for the dense and the MoE target.
 """
 from __future__ import annotations
@@ -20,18 +20,20 @@ import os
 
 import numpy as np
 import pytest
+from test_bench_loop import (  # tests/bench is not a package: pytest puts it on sys.path
+    PROMPT,
+    SIZES,
+    OracleDraft,
+)
 
 from onebit_engine import load_draft, load_target
-
-from onebit_engine.measure import bench
 from onebit_engine.draft import write_synthetic_draft
 from onebit_engine.loop.generate import generate
+from onebit_engine.measure import bench_runner
+from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
 from onebit_engine.target.moe_config import MoeConfig
 from onebit_engine.target.moe_mlp import MoeMLP
-from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
 from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
-
-from test_bench_loop import PROMPT, SIZES, OracleDraft  # tests/bench is not a package: pytest puts it on sys.path
 
 BACKENDS = ["reference", "host-int"]
 KS = (1, 3, 7, 15)
@@ -102,7 +104,7 @@ def test_moe_verify_cost(benchmark, folders, backend):
         variants[f"dense k{k}"] = verify("dense", k)
         variants[f"moe k{k}"] = verify("moe", k)
         variants[f"moe-per-row k{k}"] = verify("moe", k, False)
-    ms = benchmark.pedantic(bench.timed_interleaved, args=(variants,), kwargs={"repeats": REPEATS}, rounds=1, iterations=1)
+    ms = benchmark.pedantic(bench_runner.timed_interleaved, args=(variants,), kwargs={"repeats": REPEATS}, rounds=1, iterations=1)
     grouped(True)
     distinct, calls = {}, {}
     for k in KS:  # the experts each layer's routing touched in one verify of k+1 rows (every row set of it)
@@ -143,7 +145,7 @@ def test_moe_loop_speedup(benchmark, folders, backend):
             truth = generate(target, PROMPT, max_new_tokens=NEW_TOKENS + 20, stop_tokens=()).tokens
             oracle = OracleDraft(draft, truth, len(PROMPT), a, target.config.vocab_size)
             prov = _provenance(folders, name, target, draft, draft_kind="oracle", oracle_a=a)
-            out[name] = bench.run_bench(target, one_row, oracle, [PROMPT], k=k, max_new_tokens=NEW_TOKENS, repeats=3,
+            out[name] = bench_runner.run_bench(target, one_row, oracle, [PROMPT], k=k, max_new_tokens=NEW_TOKENS, repeats=3,
                                         provenance=prov)["results"]
         return out
 

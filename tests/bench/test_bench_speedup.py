@@ -2,7 +2,7 @@
 
 One test per backend sweeps every configuration the loop may pick - k in 1..7 and 1 or 2 threads - and
 plain decoding at its own fastest setting (1 row per step, 1 or 2 threads), over the default held-out
-code prompts, all variants interleaved in a shuffled order every repeat (``bench.sweep``). Reported
+code prompts, all variants interleaved in a shuffled order every repeat (``bench_runner.sweep``). Reported
 (``extra_info``): tokens/s of every variant, the best loop / the best plain ratio, and whether every
 loop output equals plain greedy decoding token for token. Figures only, no timed assertions.
 """
@@ -12,14 +12,11 @@ import os
 
 import pytest
 
-from onebit_engine.measure import bench
-
 from onebit_engine import default_model
-
-from onebit_engine.measure import tune
 from onebit_engine.loop.generate import generate
-from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
 from onebit_engine.loop.speculative import speculative_generate
+from onebit_engine.measure import bench_runner, tune
+from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
 
 KS = (1, 2, 3, 4, 5, 7)
 THREADS = (1, 2)
@@ -49,7 +46,7 @@ def test_trained_pair_best_configuration(benchmark, backend):
             variants[name] = lambda p, k=k: speculative_generate(target, draft, p, max_new_tokens=NEW_TOKENS, k=k,
                                                                  stop_tokens=())
             threads_of[name] = th
-    doc = benchmark.pedantic(bench.sweep, args=(variants, prompts),
+    doc = benchmark.pedantic(bench_runner.sweep, args=(variants, prompts),
                              kwargs=dict(repeats=3, before=lambda n: threads.set(threads_of[n])),
                              rounds=1, iterations=1)
     rates = doc["tokens_per_s"]

@@ -98,12 +98,12 @@ def test_bench_records_the_host_and_prompt_set(result):
 
 def test_bench_nulls_instead_of_nan():
     """A ratio over a zero rate is None with its reason (was NaN or a ZeroDivisionError)."""
-    from onebit_engine.measure import bench
+    from onebit_engine.measure import bench_runner
 
     reasons = {}
-    assert bench._ratio(1.0, 0.0, "ratio_vs_plain", "plain ran at 0 tokens/s", reasons) is None
-    assert bench._ratio(None, 2.0, "x", "no figure", reasons) is None
-    assert bench._ratio(1.0, 4.0, "y", "-", reasons) == 0.25
+    assert bench_runner._ratio(1.0, 0.0, "ratio_vs_plain", "plain ran at 0 tokens/s", reasons) is None
+    assert bench_runner._ratio(None, 2.0, "x", "no figure", reasons) is None
+    assert bench_runner._ratio(1.0, 4.0, "y", "-", reasons) == 0.25
     assert reasons == {"ratio_vs_plain": "plain ran at 0 tokens/s", "x": "no figure"}
-    assert bench._median([1.0, None, 3.0]) is None and bench._median([1.0, float("nan")]) is None
-    assert bench._median([3.0, 1.0, 2.0]) == 2.0
+    assert bench_runner._median([1.0, None, 3.0]) is None and bench_runner._median([1.0, float("nan")]) is None
+    assert bench_runner._median([3.0, 1.0, 2.0]) == 2.0

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from onebit_engine.measure import bench
+from onebit_engine.measure import bench_runner
 from onebit_engine.measure.compare import COMPARE_FIELDS
 
 
@@ -52,12 +52,12 @@ def test_any_difference_refuses(doc, field, how):
         holder[key] = ["another", "value"]
     else:
         del holder[key]
-    with pytest.raises(bench.ProvenanceMismatch) as e:
-        bench.compare(doc, other, names=("A.json", "B.json"))
+    with pytest.raises(bench_runner.ProvenanceMismatch) as e:
+        bench_runner.compare(doc, other, names=("A.json", "B.json"))
     msg = str(e.value)
     assert "\n" not in msg and "--allow-mismatch" in msg
     assert (f"{field}: missing in B.json" if how == "missing" else f"{field}: ") in msg
-    res = bench.compare(doc, other, allow_mismatch=True, names=("A.json", "B.json"))
+    res = bench_runner.compare(doc, other, allow_mismatch=True, names=("A.json", "B.json"))
     assert res["comparable"] is False and [d.split(":")[0] for d in res["differences"]] == [field]
 
 
@@ -65,22 +65,22 @@ def test_missing_in_both_is_still_a_difference(doc):
     a, b = copy.deepcopy(doc), copy.deepcopy(doc)
     for d in (a, b):
         del d["provenance"]["host"]["cpu_flags"]
-    with pytest.raises(bench.ProvenanceMismatch, match=r"host.cpu_flags: missing in A.json and B.json"):
-        bench.compare(a, b, names=("A.json", "B.json"))
+    with pytest.raises(bench_runner.ProvenanceMismatch, match=r"host.cpu_flags: missing in A.json and B.json"):
+        bench_runner.compare(a, b, names=("A.json", "B.json"))
 
 
 def test_cpu_flags_difference_names_the_flags(doc):
     other = copy.deepcopy(doc)
     other["provenance"]["host"]["cpu_flags"] = doc["provenance"]["host"]["cpu_flags"] + " avx512_fake"
-    with pytest.raises(bench.ProvenanceMismatch, match=r"host.cpu_flags: only B.json has avx512_fake"):
-        bench.compare(doc, other, names=("A.json", "B.json"))
+    with pytest.raises(bench_runner.ProvenanceMismatch, match=r"host.cpu_flags: only B.json has avx512_fake"):
+        bench_runner.compare(doc, other, names=("A.json", "B.json"))
 
 
 def test_many_differences_stay_one_readable_line(doc):
     other = copy.deepcopy(doc)
     other["provenance"] = {"machine": "elsewhere"}
-    with pytest.raises(bench.ProvenanceMismatch) as e:
-        bench.compare(doc, other)
+    with pytest.raises(bench_runner.ProvenanceMismatch) as e:
+        bench_runner.compare(doc, other)
     msg = str(e.value)
     assert "\n" not in msg and f"and {len(COMPARE_FIELDS) - 6} more" in msg and len(msg) < 900
 
@@ -183,8 +183,8 @@ def test_any_mutated_result_is_refused_in_one_line_or_compared(doc):
             cur = cur[k]
         cur[path[-1]] = value
         try:
-            res = bench.compare(doc, other, allow_mismatch=True)
-        except (bench.ResultError, bench.ProvenanceMismatch) as e:
+            res = bench_runner.compare(doc, other, allow_mismatch=True)
+        except (bench_runner.ResultError, bench_runner.ProvenanceMismatch) as e:
             assert "\n" not in str(e)
             return
         for row in res["rows"]:

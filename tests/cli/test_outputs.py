@@ -93,12 +93,12 @@ def test_own_stage_file_may_be_replaced(run, pair, cap):
 
 
 def test_missing_folder_refused_before_any_work(run, pair, tmp_path, monkeypatch):
-    from onebit_engine.measure import bench
+    from onebit_engine.measure import bench_runner
 
     def never(*a, **k):
         raise AssertionError("measured although --out cannot be written")
 
-    monkeypatch.setattr(bench, "run_bench", never)
+    monkeypatch.setattr(bench_runner, "run_bench", never)
     _refused(*run("bench", "--model", pair[0], "--draft", pair[1], "--out", tmp_path / "no" / "such" / "r.json"),
              "does not exist")
     blocker = tmp_path / "file"

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from safetensors.numpy import save
 
 from onebit_engine.measure import acceptance_probe as probe
-
 from onebit_engine.measure import stagefile
 
 

@@ -1,9 +1,9 @@
-"""bench.timed_interleaved: every variant timed once per repeat, after its warm-up, with a fresh setup each
+"""bench_runner.timed_interleaved: every variant timed once per repeat, after its warm-up, with a fresh setup each
 call, in an order that changes between repeats (a fixed order shows gains that are only the order)."""
 import pytest
 
-from onebit_engine.measure import bench
 from onebit_engine.errors import ConfigError
+from onebit_engine.measure import bench_runner
 
 
 def test_every_call_gets_a_fresh_setup_and_the_order_varies():
@@ -12,7 +12,7 @@ def test_every_call_gets_a_fresh_setup_and_the_order_varies():
     def variant(name):
         return (lambda: setups.append(name) or name, lambda arg: calls.append(arg))
 
-    ms = bench.timed_interleaved({n: variant(n) for n in "abcd"}, repeats=8, warmup=2)
+    ms = bench_runner.timed_interleaved({n: variant(n) for n in "abcd"}, repeats=8, warmup=2)
     assert set(ms) == set("abcd") and all(v >= 0 for v in ms.values())
     assert calls == setups and len(calls) == 4 * (2 + 8)
     timed = [calls[8 + 4 * r: 12 + 4 * r] for r in range(8)]
@@ -22,4 +22,4 @@ def test_every_call_gets_a_fresh_setup_and_the_order_varies():
 
 def test_no_repeats_is_refused():
     with pytest.raises(ConfigError):
-        bench.timed_interleaved({"a": (lambda: None, lambda _: None)}, repeats=0)
+        bench_runner.timed_interleaved({"a": (lambda: None, lambda _: None)}, repeats=0)

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
+from onebit_engine.draft import load_draft, write_synthetic_draft
 from onebit_engine.measure import tune
-from onebit_engine.draft import write_synthetic_draft, load_draft
 from onebit_engine.target.synthetic import random_target, tiny_config
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..atomic import atomic_write_text
 from ..checkpoint.jsonfile import read_json
 from ..errors import ConfigError, OutputError
-from ..measure import bench
+from ..measure import bench_runner
 from . import models, ui
 
 
@@ -17,7 +17,7 @@ def cmd_bench(args) -> int:
     loaded = models.load(args, need_draft=True)
     one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
     k = models.check_k(args.k, loaded.draft, loaded.default_k)
-    bench.check_room(args.max_new_tokens, k)
+    bench_runner.check_room(args.max_new_tokens, k)
     prompts = models.prompt_set(args, loaded)
     prov = loaded.provenance(mode="bench")
     prov["plain_1row_row_set"] = one_row.row_set
@@ -26,7 +26,7 @@ def cmd_bench(args) -> int:
 
     prov["host"] = machine()
     with ui.Bar(args.repeats * len(prompts) * 3, "bench", ui.progress_enabled(args)) as bar:
-        doc = bench.run_bench(loaded.target, one_row, loaded.draft, prompts, k=k, commit_path=args.commit_path,
+        doc = bench_runner.run_bench(loaded.target, one_row, loaded.draft, prompts, k=k, commit_path=args.commit_path,
                               max_new_tokens=args.max_new_tokens, repeats=args.repeats, provenance=prov, progress=bar)
     doc["command"] = "onebit " + " ".join(args.argv)
     if args.out:
@@ -73,7 +73,7 @@ def _unwritten(doc: dict, err: OutputError, args) -> int:
 
 
 def _read(path: str) -> dict:
-    """The parsed file; NaN / Infinity are parsed here so that ``bench.check_result`` can name their key."""
+    """The parsed file; NaN / Infinity are parsed here so that ``bench_runner.check_result`` can name their key."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"benchmark result {path!r} does not exist or is not a file; write one with `onebit bench --out {path}`")
@@ -82,7 +82,7 @@ def _read(path: str) -> dict:
 
 def _compare(args) -> int:
     a_path, b_path = args.compare
-    res = bench.compare(_read(a_path), _read(b_path), allow_mismatch=args.allow_mismatch, names=(a_path, b_path))
+    res = bench_runner.compare(_read(a_path), _read(b_path), allow_mismatch=args.allow_mismatch, names=(a_path, b_path))
     if args.json:
         ui.print_json(res)
         return 0

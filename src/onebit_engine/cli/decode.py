@@ -120,14 +120,14 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads) -> tuple[dict, li
     the order on a shared machine); medians of tokens/s. Also plain decoding's tokens."""
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
-    from ..measure import bench
+    from ..measure import bench_runner
 
     variants = {
         "loop": lambda p: speculative_generate(loaded.target, loaded.draft, p, max_new_tokens=args.max_new_tokens, k=plan.k,
                                                commit_path=args.commit_path),
         "plain": lambda p: generate(plain_target, p, max_new_tokens=args.max_new_tokens),
     }
-    doc = bench.sweep(variants, [prompt], repeats=SPEED_REPEATS,
+    doc = bench_runner.sweep(variants, [prompt], repeats=SPEED_REPEATS,
                       before=lambda n: threads.set(plan.spec_threads if n == "loop" else plan.plain_threads))
     rate = doc["tokens_per_s"]
     speeds = {"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
