@@ -18,9 +18,13 @@ from onebit_engine.draft.synthetic import write_synthetic_draft
 from onebit_engine.loop import generate as generate_module
 from onebit_engine.loop import speculative as spec
 from onebit_engine.loop.generate import generate
-from onebit_engine.ops.sampling import choose, finite_row
-from onebit_engine.loop.speculative import Round, speculative_generate, speculative_round
+from onebit_engine.loop.speculative import (
+    Round,
+    speculative_generate,
+    speculative_round,
+)
 from onebit_engine.measure import provenance
+from onebit_engine.ops.sampling import choose, finite_row
 from onebit_engine.target.synthetic import random_target, tiny_config
 
 from .stubs import BigramDraft, BigramTarget, ScriptedDraft
