@@ -154,14 +154,20 @@ def default_target(*, backend: Any = "reference", row_set: int = 8):
     """The shipped target; a small seeded random hybrid target when the shipped pair is missing (a
     source tree without ``data/builtin``)."""
     from .target import load_target
-    from .target.synthetic import random_target, tiny_config
+    from .target.synthetic import random_target
 
     try:
         target_dir, _, _ = builtin_paths()
     except FileNotFoundError:
-        cfg = tiny_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16)
-        return random_target(cfg, RANDOM_SEED, backend=backend, row_set=row_set)
+        return random_target(_random_config(), RANDOM_SEED, backend=backend, row_set=row_set)
     return load_target(target_dir, backend=backend, row_set=row_set)
+
+
+def _random_config():
+    """The seeded random target's config (4 layers 3:1, hidden 64, vocabulary 256)."""
+    from .target.synthetic import tiny_config
+
+    return tiny_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16)
 
 
 def random_pair(cache: Path) -> tuple[Path, Path]:
@@ -175,12 +181,12 @@ def random_pair(cache: Path) -> tuple[Path, Path]:
 
 def _write_random_pair(folder: Path) -> None:
     from .draft import write_synthetic_draft
-    from .target.synthetic import random_weights, tiny_config, write_checkpoint
+    from .target.synthetic import random_weights, write_checkpoint
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        cfg = tiny_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16)
+        cfg = _random_config()
         write_checkpoint(tmp / "target", cfg, random_weights(cfg, RANDOM_SEED))
         write_synthetic_draft(tmp / "draft", cfg, version=2, block_size=8, seed=RANDOM_SEED + 1)
         try:

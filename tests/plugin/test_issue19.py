@@ -76,14 +76,7 @@ def test_a_port_whose_loop_refuses_k0_declares_min_k_and_is_skipped():
 
 
 def test_fixtures_pass_an_explicit_k0_on(sv_pytester):
-    sv_pytester.makeconftest("""
-import pytest
-from tests.ports.tiny_rnn import TinyRnnPort
-
-@pytest.fixture(scope="session")
-def specverify_port():
-    return TinyRnnPort()
-""")
+    _tiny_rnn_project(sv_pytester)
     sv_pytester.makepyfile("""
 def test_k0(check_forced_acceptance, check_greedy_identity, specverify_port):
     r = check_forced_acceptance(specverify_port.encode("hi there"), k=0)
@@ -91,7 +84,6 @@ def test_k0(check_forced_acceptance, check_greedy_identity, specverify_port):
     r = check_greedy_identity(specverify_port.encode("hi there"), k=0, max_new_tokens=6)
     assert r.metrics["tokens"] == 6 and r.metrics["acceptance_rate"] == 0.0
 """)
-    sv_pytester.syspathinsert(str(_root()))
     sv_pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
@@ -152,15 +144,7 @@ def test_profile(specverify_tolerance):
 
 # -- 4: the header names the real port and the summary the measured error ----------------------------
 def test_a_conftest_port_is_named_with_its_profile_and_measured_error(sv_pytester):
-    sv_pytester.syspathinsert(str(_root()))
-    sv_pytester.makeconftest("""
-import pytest
-from tests.ports.tiny_rnn import TinyRnnPort
-
-@pytest.fixture(scope="session")
-def specverify_port():
-    return TinyRnnPort()
-""")
+    _tiny_rnn_project(sv_pytester)
     sv_pytester.makepyfile("""
 def test_commit(check_commit_equivalence, specverify_port):
     check_commit_equivalence(specverify_port.encode("hello"), k_values=(0, 3))
@@ -220,6 +204,19 @@ def _root():
     return Path(__file__).resolve().parents[2]
 
 
+def _tiny_rnn_project(pytester) -> None:
+    """A pytester project whose conftest overrides the port with tests/ports/tiny_rnn's TinyRnnPort."""
+    pytester.syspathinsert(str(_root()))
+    pytester.makeconftest("""
+import pytest
+from tests.ports.tiny_rnn import TinyRnnPort
+
+@pytest.fixture(scope="session")
+def specverify_port():
+    return TinyRnnPort()
+""")
+
+
 def test_the_guide_counts_the_battery_right():
     import inspect
     import re
@@ -247,15 +244,7 @@ def test_a_loop_that_refuses_k0_with_a_value_error_is_a_visible_skip():
 
 
 def test_the_batterys_replay_check_on_a_correct_fp32_port_is_a_skip_naming_the_comparison(sv_pytester):
-    sv_pytester.syspathinsert(str(_root()))
-    sv_pytester.makeconftest("""
-import pytest
-from tests.ports.tiny_rnn import TinyRnnPort
-
-@pytest.fixture(scope="session")
-def specverify_port():
-    return TinyRnnPort()
-""")
+    _tiny_rnn_project(sv_pytester)
     sv_pytester.makepyfile("from pytest_specverify.battery import test_replay_check, test_loop_with_zero_drafts  # noqa: F401\n")
     result = sv_pytester.runpytest("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(passed=1, skipped=1)

@@ -151,6 +151,32 @@ def read_name_list(p: Problems, label: str, v: Any, names: tuple[str, ...]) -> l
     return v
 
 
+def known(v: dict[str, Any], *keys: str) -> bool:
+    """Every key was read cleanly (None: missing or already refused), so a rule between them can be checked."""
+    return all(v.get(k) is not None for k in keys)
+
+
+def divisible(v: dict[str, Any], a: str, b: str) -> list[str]:
+    """The rule "a is divisible by b", as a problem list (empty when it holds or a value is unknown)."""
+    if known(v, a, b) and v[a] % v[b]:
+        return [f"{a} ({v[a]}) must be divisible by {b} ({v[b]})"]
+    return []
+
+
+def layer_type_problems(v: dict[str, Any], allowed: tuple[str, ...], what: str = "") -> list[str]:
+    """``layer_types`` has one known type per layer (``what``: "draft " in the draft's messages)."""
+    if not known(v, "layer_types", "num_hidden_layers"):
+        return []
+    out = []
+    if len(v["layer_types"]) != v["num_hidden_layers"]:
+        out.append(f"layer_types has {len(v['layer_types'])} entries but num_hidden_layers is "
+                   f"{v['num_hidden_layers']}; give one type per {what}layer")
+    bad = sorted({t for t in v["layer_types"] if t not in allowed})
+    if bad:
+        out.append(f"unknown {what}layer type(s) {bad}; expected one of {allowed}")
+    return out
+
+
 def top_object(raw: Any, source: str) -> dict:
     """The top level of a config file must be a JSON object."""
     if not isinstance(raw, dict):

@@ -17,6 +17,9 @@ from typing import Any
 from ..checkpoint.fields import (
     Field,
     Problems,
+    divisible,
+    known,
+    layer_type_problems,
     lookup,
     read_field,
     read_int_list,
@@ -164,38 +167,25 @@ class DraftConfig:
 def consistency_problems(v: dict[str, Any]) -> list[str]:
     """Rules between draft values (each checked only when its values were read cleanly)."""
     out: list[str] = []
-
-    def known(*keys: str) -> bool:
-        return all(v.get(k) is not None for k in keys)
-
-    if known("version") and v["version"] not in (1, 2):
+    if known(v, "version") and v["version"] not in (1, 2):
         out.append(f"draft version {v['version']} is not 1 (DFlash) or 2 (DFlash 2)")
-    if known("layer_types", "num_hidden_layers"):
-        if len(v["layer_types"]) != v["num_hidden_layers"]:
-            out.append(f"layer_types has {len(v['layer_types'])} entries but num_hidden_layers is "
-                       f"{v['num_hidden_layers']}; give one type per draft layer")
-        bad = sorted({t for t in v["layer_types"] if t not in DRAFT_LAYER_TYPES})
-        if bad:
-            out.append(f"unknown draft layer type(s) {bad}; expected one of {DRAFT_LAYER_TYPES}")
-    if known("num_attention_heads", "num_key_value_heads") and v["num_attention_heads"] % v["num_key_value_heads"]:
-        out.append(f"num_attention_heads ({v['num_attention_heads']}) must be divisible by "
-                   f"num_key_value_heads ({v['num_key_value_heads']})")
-    if known("head_dim") and v["head_dim"] % 2:
+    out += layer_type_problems(v, DRAFT_LAYER_TYPES, "draft ")
+    out += divisible(v, "num_attention_heads", "num_key_value_heads")
+    if known(v, "head_dim") and v["head_dim"] % 2:
         out.append(f"head_dim {v['head_dim']} must be even for rotate-half RoPE")
-    if known("block_size") and v["block_size"] < 2:
+    if known(v, "block_size") and v["block_size"] < 2:
         out.append(f"block_size {v['block_size']} must be >= 2 (anchor + at least one draft)")
-    if known("target_layer_ids") and not v["target_layer_ids"]:
+    if known(v, "target_layer_ids") and not v["target_layer_ids"]:
         out.append("target_layer_ids is empty; the draft needs at least one target layer to tap")
-    if known("sliding_window") and v["sliding_window"] < 1:
+    if known(v, "sliding_window") and v["sliding_window"] < 1:
         out.append(f"sliding_window {v['sliding_window']} must be >= 1 (or null for no window)")
-    if v.get("version") == 2 and known(*V2_FIELDS):
+    if v.get("version") == 2 and known(v, *V2_FIELDS):
         missing = [f for f in V2_FIELDS if v[f] <= 0]
         if missing:
             out.append(f"a DFlash 2 draft needs positive {missing} in dflash_config; the config gives "
                        f"{ {f: v[f] for f in missing} }")
-        elif known("hidden_size") and v["hidden_size"] % v["conv_group_size"]:
-            out.append(f"hidden_size ({v['hidden_size']}) must be divisible by conv_group_size "
-                       f"({v['conv_group_size']})")
+        else:
+            out += divisible(v, "hidden_size", "conv_group_size")
     return out
 
 

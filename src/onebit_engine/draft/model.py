@@ -224,6 +224,6 @@ class Draft:
         qkv = layer.qkv_proj(x)  # [B', (Hq + 2 Hk) * hd]: q, k, v
         out = self.ops.attention(  # [B', Hq * hd]
             qkv, c.num_attention_heads, c.num_key_value_heads, layer.q_norm, layer.k_norm, cos, sin, c.rms_norm_eps,
-            state.kt[i], state.v[i], state.length, self._causal[i], self._windows[i],
+            state.caches[i].keys, state.caches[i].values, state.length, self._causal[i], self._windows[i],
         )
         return layer.o_proj(out)

@@ -85,7 +85,7 @@ class DraftState:
     def truncate(self, length: int) -> None:
         """Forget context rows ``>= length`` (un-commit). Only shrinks (``KVCache.truncate``'s StateError)."""
         for c in self.caches:
-            c.length = min(c.length, self.length)  # drop rows appended but never advanced over
+            c.truncate(min(c.length, self.length))  # drop rows appended but never advanced over
             c.truncate(length)
         self.length = length
 

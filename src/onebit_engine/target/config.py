@@ -15,6 +15,9 @@ from typing import Any
 from ..checkpoint.fields import (
     Field,
     Problems,
+    divisible,
+    known,
+    layer_type_problems,
     read_field,
     read_int_list,
     read_name_list,
@@ -179,32 +182,17 @@ class TargetConfig:
 
 def consistency_problems(v: dict[str, Any]) -> list[str]:
     """Rules between values (each checked only when its values were read cleanly: None = already refused)."""
-    out: list[str] = []
-
-    def known(*keys: str) -> bool:
-        return all(v.get(k) is not None for k in keys)
-
-    if known("layer_types", "num_hidden_layers"):
-        if len(v["layer_types"]) != v["num_hidden_layers"]:
-            out.append(f"layer_types has {len(v['layer_types'])} entries but num_hidden_layers is "
-                       f"{v['num_hidden_layers']}; give one type per layer")
-        bad = sorted({t for t in v["layer_types"] if t not in LAYER_TYPES})
-        if bad:
-            out.append(f"unknown layer type(s) {bad}; expected one of {LAYER_TYPES}")
-    if known("linear_num_value_heads", "linear_num_key_heads") and v["linear_num_value_heads"] % v["linear_num_key_heads"]:
-        out.append(f"linear_num_value_heads ({v['linear_num_value_heads']}) must be divisible by "
-                   f"linear_num_key_heads ({v['linear_num_key_heads']})")
-    if known("num_attention_heads", "num_key_value_heads") and v["num_attention_heads"] % v["num_key_value_heads"]:
-        out.append(f"num_attention_heads ({v['num_attention_heads']}) must be divisible by "
-                   f"num_key_value_heads ({v['num_key_value_heads']})")
-    if known("head_dim", "partial_rotary_factor"):
+    out = layer_type_problems(v, LAYER_TYPES)
+    out += divisible(v, "linear_num_value_heads", "linear_num_key_heads")
+    out += divisible(v, "num_attention_heads", "num_key_value_heads")
+    if known(v, "head_dim", "partial_rotary_factor"):
         rot = int(v["head_dim"] * v["partial_rotary_factor"])
         if rot % 2 or rot > v["head_dim"]:
             out.append(f"rotary dims int(head_dim * partial_rotary_factor) = {rot} must be even "
                        f"and <= head_dim ({v['head_dim']})")
-    if known("linear_conv_kernel_dim") and v["linear_conv_kernel_dim"] < 1:
+    if known(v, "linear_conv_kernel_dim") and v["linear_conv_kernel_dim"] < 1:
         out.append(f"linear_conv_kernel_dim must be >= 1, got {v['linear_conv_kernel_dim']}")
-    if known("eos_token_ids", "vocab_size"):
+    if known(v, "eos_token_ids", "vocab_size"):
         bad = [i for i in v["eos_token_ids"] if not 0 <= i < v["vocab_size"]]
         if bad:
             out.append(f"eos_token_id {bad} is outside the vocabulary 0..{v['vocab_size'] - 1}")
