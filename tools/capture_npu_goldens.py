@@ -32,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sys.path.insert(0, os.path.join(os.environ.get("XILINX_XRT", "/opt/xilinx/xrt"), "python"))
 
-    from onebit_engine.npu import detect_npu
-    from onebit_engine.gemm import npu_emulator
-    from onebit_engine.gemm.xrt import XrtBackend
-    from onebit_engine.gemm.xrt_layout import KernelManifest
+    from onebit_engine.gemm.npu.probe import detect_npu
+    from onebit_engine.gemm.npu import emulator as npu_emulator
+    from onebit_engine.gemm.npu.xrt import XrtBackend
+    from onebit_engine.gemm.npu.layout import KernelManifest
 
     status = detect_npu()
     if not status.present:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from onebit_engine.npu import main
+from onebit_engine.gemm.npu.probe import main
 
 if __name__ == "__main__":
     xrt_root = os.environ.get("XILINX_XRT", "/opt/xilinx/xrt")

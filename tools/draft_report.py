@@ -56,7 +56,7 @@ def main() -> None:
     from onebit_engine.draft import load_draft
     from onebit_engine.gemm import get_backend
     from onebit_engine.default_model import builtin_paths
-    from onebit_engine.target import load_target
+    from onebit_engine.hybrid import load_target
 
     old = load_old_draft(args.old)
     tdir, ddir, _ = builtin_paths()

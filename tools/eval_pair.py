@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         from pathlib import Path
 
         from onebit_engine.draft import load_draft
-        from onebit_engine.target import load_target
+        from onebit_engine.hybrid import load_target
 
         pair = Path(args.pair)
         target = load_target(pair / "target", backend=args.backend, row_set=args.row_set)

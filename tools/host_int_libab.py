@@ -25,13 +25,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from host_int_report import medium_gemms  # noqa: E402
 
-from onebit_engine.gemm import native  # noqa: E402
-from onebit_engine.gemm.host_int_layout import tile_codes  # noqa: E402
+from onebit_engine.gemm.host_int import native  # noqa: E402
+from onebit_engine.gemm.host_int.layout import tile_codes  # noqa: E402
 
 
 def _load(tree: str, out: Path):
     g = Path(tree) / "onebit_engine" / "gemm"
-    srcs = [str(g / f) for f in ("host_int_kernel.c", "host_int_avx2.c", "host_int_vnni.c")]
+    srcs = [str(g / f) for f in ("kernel.c", "avx2.c", "vnni.c")]
     subprocess.run([sys.executable, "-m", "ziglang", "cc", *native.FLAGS, "-o", str(out), *srcs], check=True)
     lib = ctypes.CDLL(str(out))
     f = lib.onebit_hi_matmul

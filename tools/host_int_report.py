@@ -26,12 +26,12 @@ import time
 
 import numpy as np
 
-from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.gemm.host_int.backend import HostIntBackend
 from onebit_engine.loop.generate import generate
 from onebit_engine.measure.membw import ReadStream, copy_seconds
 from onebit_engine.quant import FORMATS
-from onebit_engine.target.synthetic import hf_config_dict, random_weights, tiny_config
-from onebit_engine.target import Target
+from onebit_engine.hybrid.synthetic import hf_config_dict, random_weights, tiny_config
+from onebit_engine.hybrid import Target
 
 
 def medium_config():
@@ -65,10 +65,10 @@ def _paths(args):
     if args.kernel:
         return args.kernel.split(",")
     try:
-        from onebit_engine.gemm.host_int import DISPATCH
+        from onebit_engine.gemm.host_int.backend import DISPATCH
     except ImportError:  # a tree from before the runtime dispatch (`ab`): its default
         return [None]
-    from onebit_engine.gemm import native
+    from onebit_engine.gemm.host_int import native
 
     return [p for p in DISPATCH if native.available(p)] or [None]
 
@@ -396,7 +396,7 @@ def quality_trained(args):
     """The same columns on the built-in *trained* target (docs/trained-pair.md): float16 weights in float32
     as the reference, each format quantized from them, on the pair's held-out default prompts."""
     from onebit_engine.default_model import builtin_paths, default_prompts, load_tokenizer
-    from onebit_engine.target import load_target
+    from onebit_engine.hybrid import load_target
 
     folder, tok = builtin_paths()[0], load_tokenizer()
     ref = load_target(folder, row_set=1)

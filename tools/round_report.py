@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from onebit_engine import default_model
 from onebit_engine.gemm import get_backend  # noqa: E402
 from onebit_engine.measure import bench_runner, tune
-from onebit_engine.target import load_target  # noqa: E402
+from onebit_engine.hybrid import load_target  # noqa: E402
 
 
 class NoGemm:

@@ -1,6 +1,6 @@
 // mm_i8i32.cc - the per-core int8 x int8 -> int32 matmul of the onebit NPU GEMM (AIE2 / AIE2P).
 //
-// Must match: onebit_engine.gemm.npu_emulator.run_launch (and, through it, the host-int backend:
+// Must match: onebit_engine.gemm.npu.emulator.run_launch (and, through it, the host-int backend:
 // acc = xq @ Wq.T exactly in int32). Modelled on mlir-aie aie_kernels/aie2/mm.cc (matmul_vectorized,
 // 2x2 expansion). Built by kernels/build.py with Peano (llvm-aie); NOT compiled or run in this repo's CI.
 //

@@ -3,7 +3,7 @@
 Modelled on mlir-aie's programming_examples/basic/matrix_multiplication/whole_array (whole_array_iron.py),
 narrowed to what the engine needs: i8 in, i32 out, B row-major [K, N] (the host stores W.T once), A and C
 row-major, 4 compute rows x ``n_cols`` columns. The shim/mem-tile/core DMAs do all re-tiling; the host
-does none. Must match ``onebit_engine.gemm.npu_emulator.run_launch``; the manifest that
+does none. Must match ``onebit_engine.gemm.npu.emulator.run_launch``; the manifest that
 ``kernels/build.py`` writes for the artifact records every parameter below.
 
 NOT built or run in this repository's CI (no toolchain, no NPU). ``python whole_array_i8i32.py --dev npu2

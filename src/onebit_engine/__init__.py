@@ -15,7 +15,7 @@ from .errors import (
 )
 from .gemm import available_backends, get_backend, known_backends
 from .loop import GenerateResult, RoundStats, SpecResult, generate, speculative_generate
-from .target import COMMIT_PATHS, Output, Target, TargetConfig, TargetState, load_target
+from .hybrid import COMMIT_PATHS, Output, Target, TargetConfig, TargetState, load_target
 from .version import __version__
 
 __all__ = [

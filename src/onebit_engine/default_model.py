@@ -131,7 +131,7 @@ def training_info() -> dict:
 def load_builtin_pair(*, backend: Any = "reference", row_set: int = 8) -> tuple[Any, Any]:
     """``(target, draft)``: the shipped target via ``load_target`` and its draft via ``draft.load_draft``."""
     from .draft import load_draft
-    from .target import load_target
+    from .hybrid import load_target
 
     target_dir, draft_dir, _ = builtin_paths()
     target = load_target(target_dir, backend=backend, row_set=row_set)
@@ -153,8 +153,8 @@ def acceptance_profile(backend: str = "host-int") -> list[float]:
 def default_target(*, backend: Any = "reference", row_set: int = 8):
     """The shipped target; a small seeded random hybrid target when the shipped pair is missing (a
     source tree without ``data/builtin``)."""
-    from .target import load_target
-    from .target.synthetic import random_target
+    from .hybrid import load_target
+    from .hybrid.synthetic import random_target
 
     try:
         target_dir, _, _ = builtin_paths()
@@ -165,7 +165,7 @@ def default_target(*, backend: Any = "reference", row_set: int = 8):
 
 def _random_config():
     """The seeded random target's config (4 layers 3:1, hidden 64, vocabulary 256)."""
-    from .target.synthetic import tiny_config
+    from .hybrid.synthetic import tiny_config
 
     return tiny_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16)
 
@@ -181,7 +181,7 @@ def random_pair(cache: Path) -> tuple[Path, Path]:
 
 def _write_random_pair(folder: Path) -> None:
     from .draft import write_synthetic_draft
-    from .target.synthetic import random_weights, write_checkpoint
+    from .hybrid.synthetic import random_weights, write_checkpoint
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))

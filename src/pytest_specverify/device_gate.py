@@ -20,7 +20,7 @@ def detect_device(accel_glob: str = "/dev/accel/accel*") -> DeviceStatus:
     """Present when the engine's probe finds a usable NPU at a node matching ``accel_glob`` and
     ``import pyxrt`` works (pyxrt is imported only once a node and its driver are found, so hosts without
     an NPU pay nothing for it)."""
-    from onebit_engine.npu import detect_npu  # the one place the plugin names the engine's probe
+    from onebit_engine.gemm.npu.probe import detect_npu  # the one place the plugin names the engine's probe
 
     status = detect_npu(accel_glob=accel_glob, open_device=False)
     return DeviceStatus(bool(status.present), str(status.reason))

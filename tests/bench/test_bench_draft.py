@@ -25,7 +25,7 @@ import pytest
 from onebit_engine.default_model import builtin_paths
 from onebit_engine.draft import kernels, load_draft
 from onebit_engine.gemm import get_backend
-from onebit_engine.target import load_target
+from onebit_engine.hybrid import load_target
 
 BACKENDS = ["reference", "host-int"]
 OPS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(kernels.nb is None, reason="numba is not installed"))]

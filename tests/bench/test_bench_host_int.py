@@ -15,8 +15,8 @@ once on a small shape, so the setup stays light.
 import numpy as np
 import pytest
 
-from onebit_engine.gemm import native
-from onebit_engine.gemm.host_int import DISPATCH, HostIntBackend
+from onebit_engine.gemm.host_int import native
+from onebit_engine.gemm.host_int.backend import DISPATCH, HostIntBackend
 from onebit_engine.measure.membw import ReadStream
 from onebit_engine.quant import FORMATS
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.gemm.host_int.backend import HostIntBackend
 from onebit_engine.loop.generate import generate
 from onebit_engine.quant import FORMATS
-from onebit_engine.target import Target
-from onebit_engine.target.synthetic import random_weights, tiny_config
+from onebit_engine.hybrid import Target
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from host_int_report import _hf_model, medium_config  # noqa: E402

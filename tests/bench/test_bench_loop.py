@@ -31,7 +31,7 @@ from onebit_engine.loop.generate import generate
 from onebit_engine.measure import bench_runner
 from onebit_engine.measure.acceptance_probe import expected_tokens
 from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
-from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
 BACKENDS = ["reference", "host-int"]
 SIZES = {
@@ -198,7 +198,7 @@ def weight_bytes(target) -> int:
             if isinstance(v, Linear) and id(v.packed) not in seen:
                 seen.add(id(v.packed))
                 total += int(getattr(v.packed, "nbytes"))
-            elif hasattr(v, "__dict__") and not isinstance(v, (np.ndarray, type)) and type(v).__module__.startswith("onebit_engine.target."):
+            elif hasattr(v, "__dict__") and not isinstance(v, (np.ndarray, type)) and type(v).__module__.startswith("onebit_engine.hybrid."):
                 visit(v)
 
     visit(SimpleNamespace(head=target.lm_head))

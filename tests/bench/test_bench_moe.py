@@ -31,9 +31,9 @@ from onebit_engine.draft import write_synthetic_draft
 from onebit_engine.loop.generate import generate
 from onebit_engine.measure import bench_runner
 from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_provenance
-from onebit_engine.target.moe_config import MoeConfig
-from onebit_engine.target.moe_mlp import MoeMLP
-from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.moe_config import MoeConfig
+from onebit_engine.hybrid.moe_mlp import MoeMLP
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
 BACKENDS = ["reference", "host-int"]
 KS = (1, 3, 7, 15)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from onebit_engine import CheckpointError, ConfigError, WeightError, load_target
-from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
 
 @pytest.fixture()

@@ -10,8 +10,8 @@ from hypothesis import given, strategies as st
 
 from onebit_engine import OnebitError, load_target
 from onebit_engine.loop.generate import generate
-from onebit_engine.target.synthetic import hf_config_dict, random_weights, tiny_config, write_checkpoint
-from onebit_engine.target import Target
+from onebit_engine.hybrid.synthetic import hf_config_dict, random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid import Target
 
 CFG = tiny_config(eos_token_ids=(5,))
 WEIGHTS = random_weights(CFG, 3)

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from onebit_engine import ConfigError, load_target
-from onebit_engine.target.config import TargetConfig
+from onebit_engine.hybrid.config import TargetConfig
 from onebit_engine.draft import DraftConfig, load_draft, write_synthetic_draft
-from onebit_engine.target.synthetic import hf_config_dict, random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.synthetic import hf_config_dict, random_weights, tiny_config, write_checkpoint
 
 BASE = hf_config_dict(tiny_config())
 

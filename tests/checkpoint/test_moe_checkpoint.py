@@ -7,10 +7,10 @@ import pytest
 
 from onebit_engine import ConfigError, WeightError, load_target
 from onebit_engine.cli import main
-from onebit_engine.target.config import TargetConfig
-from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.target.moe_config import MoeConfig
-from onebit_engine.target.synthetic import hf_config_dict, random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.config import TargetConfig
+from onebit_engine.gemm.host_int.backend import HostIntBackend
+from onebit_engine.hybrid.moe_config import MoeConfig
+from onebit_engine.hybrid.synthetic import hf_config_dict, random_weights, tiny_config, write_checkpoint
 
 MOE = MoeConfig(4, 2, 16, 24, True, 1, (0,))
 TOKS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]

@@ -5,8 +5,8 @@ import pytest
 
 from onebit_engine import load_target
 from onebit_engine.cli import main
-from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.gemm.host_int.backend import HostIntBackend
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4", "ternary"])

@@ -8,7 +8,7 @@ import pytest
 
 from onebit_engine import CheckpointError, load_target
 from onebit_engine.checkpoint.safetensors import MAX_HEADER, read_header
-from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
 
 def _write(path, header, data: bytes, raw_header: bytes | None = None):

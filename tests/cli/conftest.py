@@ -7,7 +7,7 @@ import pytest
 
 from onebit_engine.cli import main
 from onebit_engine.draft import write_synthetic_draft
-from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
 
 @pytest.fixture(scope="session")

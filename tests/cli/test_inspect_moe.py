@@ -1,6 +1,6 @@
 """`onebit inspect` on a mixture-of-experts checkpoint: experts, top-k, sparse layers, active vs total."""
-from onebit_engine.target.moe_config import MoeConfig
-from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+from onebit_engine.hybrid.moe_config import MoeConfig
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
 
 def test_inspect_moe_target(run, run_json, tmp_path):

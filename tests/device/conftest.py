@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from onebit_engine.gemm.xrt import XrtBackend
+from onebit_engine.gemm.npu.xrt import XrtBackend
 from tests.fakes.fake_pyxrt import FakePyxrt, write_fake_artifact
 
 

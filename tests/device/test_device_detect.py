@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from onebit_engine.npu import detect_npu, main
+from onebit_engine.gemm.npu.probe import detect_npu, main
 from tests.fakes.fake_pyxrt import FakePyxrt
 
 
@@ -80,5 +80,5 @@ def test_device_check_exits_nonzero_without_an_npu(capsys):
 
 
 def test_import_has_no_side_effects():
-    code = "import sys, onebit_engine.npu as d; assert 'pyxrt' not in sys.modules and 'resource' not in dir(d)"
+    code = "import sys, onebit_engine.gemm.npu.probe as d; assert 'pyxrt' not in sys.modules and 'resource' not in dir(d)"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onebit_engine.gemm import npu_emulator
-from onebit_engine.gemm.xrt_layout import KernelManifest, c_block, pack_a_block, pack_weight_blocks
+from onebit_engine.gemm.npu import emulator as npu_emulator
+from onebit_engine.gemm.npu.layout import KernelManifest, c_block, pack_a_block, pack_weight_blocks
 from tests.fakes.fake_pyxrt import FakePyxrt, FakeXrtViolation, write_fake_artifact
 
 

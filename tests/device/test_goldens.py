@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from onebit_engine.gemm import npu_emulator
-from onebit_engine.gemm.npu_emulator import GOLDEN_KINDS, golden_inputs
-from onebit_engine.gemm.xrt import KERNELS_DIR
+from onebit_engine.gemm.npu import emulator as npu_emulator
+from onebit_engine.gemm.npu.emulator import GOLDEN_KINDS, golden_inputs
+from onebit_engine.gemm.npu.xrt import KERNELS_DIR
 
 GOLDENS = sorted((KERNELS_DIR / "goldens").glob("*.json"))
 

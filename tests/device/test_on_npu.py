@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.gemm.host_int.backend import HostIntBackend
 
 pytestmark = pytest.mark.device
 
 
 @pytest.fixture(scope="module")
 def npu():
-    from onebit_engine.gemm.xrt import XrtBackend
+    from onebit_engine.gemm.npu.xrt import XrtBackend
 
     b = XrtBackend(fallback=None, retries=0, verify=False)  # real pyxrt, the shipped manifest of this device
     yield b
@@ -41,7 +41,7 @@ def test_real_npu_is_deterministic_and_weights_stay_resident(npu):
 
 
 def test_real_npu_emulator_goldens_hold(npu):
-    from onebit_engine.gemm import npu_emulator
+    from onebit_engine.gemm.npu import emulator as npu_emulator
 
     man, ld, xrt = npu.man, npu._loaded, npu.xrt
     design = {"M": man.M_cap, "K": man.K, "N": man.N, "b_layout": man.b_layout, "c_layout": man.c_layout}

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from onebit_engine.gemm import Linear, get_backend
-from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.gemm.xrt import XrtBackend
+from onebit_engine.gemm.host_int.backend import HostIntBackend
+from onebit_engine.gemm.npu.xrt import XrtBackend
 from tests.fakes.fake_pyxrt import write_fake_artifact
 
 

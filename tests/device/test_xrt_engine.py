@@ -5,11 +5,11 @@ import numpy as np
 
 from onebit_engine.draft import load_draft
 from onebit_engine.draft.synthetic import write_synthetic_draft
-from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.gemm.host_int.backend import HostIntBackend
 from onebit_engine.loop.generate import generate
 from onebit_engine.loop.speculative import speculative_generate
 from onebit_engine.measure.provenance import loop_provenance
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 
 def test_target_forward_on_xrt_equals_host_int(make_backend):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from onebit_engine import BackendUnavailable, ConfigError
-from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.gemm.xrt import DeviceFault, XrtBackend
+from onebit_engine.gemm.host_int.backend import HostIntBackend
+from onebit_engine.gemm.npu.xrt import DeviceFault, XrtBackend
 from tests.fakes.fake_pyxrt import FakePyxrt, write_fake_artifact
 
 W = np.random.default_rng(0).standard_normal((40, 50)).astype(np.float32)   # 2 N blocks, 1 K block
@@ -17,7 +17,7 @@ X = np.random.default_rng(1).standard_normal((8, 50)).astype(np.float32)
 
 @pytest.fixture(autouse=True)
 def quiet(caplog):
-    caplog.set_level(logging.ERROR, logger="onebit_engine.gemm.xrt")
+    caplog.set_level(logging.ERROR, logger="onebit_engine.gemm.npu.xrt")
 
 
 def want() -> np.ndarray:
@@ -115,7 +115,7 @@ def test_importing_the_backend_does_not_import_pyxrt():
     import subprocess
     import sys
 
-    code = "import sys, onebit_engine.gemm.xrt, onebit_engine.npu; assert 'pyxrt' not in sys.modules"
+    code = "import sys, onebit_engine.gemm.npu.xrt, onebit_engine.gemm.npu.probe; assert 'pyxrt' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -141,8 +141,8 @@ def test_missing_artifact_and_unbuilt_manifest_refused(fake, artifact, tmp_path)
 
 
 def test_shipped_manifests_are_valid_but_unbuilt_and_refused(fake):
-    from onebit_engine.gemm.xrt_layout import KernelManifest
-    from onebit_engine.gemm.xrt import KERNELS_DIR
+    from onebit_engine.gemm.npu.layout import KernelManifest
+    from onebit_engine.gemm.npu.xrt import KERNELS_DIR
 
     for gen in ("npu1", "npu2"):
         man = KernelManifest.load(KERNELS_DIR / "manifests" / f"gemm_i8i32_{gen}.json")
@@ -176,7 +176,7 @@ def test_kernel_abi_mismatch_refused(fake, tmp_path, kw, match):
     (dict(K=140_000, k=16), "overflow"), (dict(K=65 * 16, k=16), "64-repeat"),
 ])
 def test_invalid_manifest_refused(tmp_path, kw, match):
-    from onebit_engine.gemm.xrt_layout import KernelManifest
+    from onebit_engine.gemm.npu.layout import KernelManifest
 
     with pytest.raises(ConfigError, match=match):
         KernelManifest.load(write_fake_artifact(tmp_path, **kw))

@@ -19,7 +19,7 @@ the names the backend uses (``device``, ``xclbin``, ``hw_context``, ``kernel``, 
   ``write`` refuses non-contiguous buffers (real pyxrt uploads garbage); offsets are bounds-checked;
   sub-buffers only of a root BO.
 * **runs** complete at ``wait()`` (never at launch), so reading outputs before waiting reads stale
-  bytes. Its output is computed by ``onebit_engine.gemm.npu_emulator`` from the shadow bytes.
+  bytes. Its output is computed by ``onebit_engine.gemm.npu.emulator`` from the shadow bytes.
 * **faults**, scripted per dispatch with ``inject(...)`` or for every dispatch with ``persistent``:
   ``timeout``, ``timeout_late`` (times out, then writes plausible garbage into its C buffer during
   a later run's wait), ``abort``, ``error``, ``raise`` (``wait`` raises), ``noop`` (COMPLETED, nothing
@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from onebit_engine.gemm import npu_emulator
-from onebit_engine.gemm.xrt_layout import generation_of as engine_generation_of
+from onebit_engine.gemm.npu import emulator as npu_emulator
+from onebit_engine.gemm.npu.layout import generation_of as engine_generation_of
 
 FAULTS = ("ok", "timeout", "timeout_late", "abort", "error", "raise", "noop", "partial", "garbage", "slow")
 HWCTX_LIMIT = {"npu1": 6, "npu2": 16}

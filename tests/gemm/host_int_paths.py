@@ -3,7 +3,7 @@ is a skip whose reason names the missing cpuid/xgetbv flag (so the real VNNI pat
 it and is never reported as passed where it does not)."""
 import pytest
 
-from onebit_engine.gemm import int_kernels, native
+from onebit_engine.gemm.host_int import int_kernels, native
 
 NATIVE = ("avx2", "avx512vnni", "avx512vnni-emulated")
 

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from onebit_engine.gemm import Linear, get_backend, known_backends
-from onebit_engine.gemm import int_kernels, native
-from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.gemm.int_kernels import gemm_int_tiled, matmul_int, matmul_int_reference
+from onebit_engine.gemm.host_int import int_kernels, native
+from onebit_engine.gemm.host_int.backend import HostIntBackend
+from onebit_engine.gemm.host_int.int_kernels import gemm_int_tiled, matmul_int, matmul_int_reference
 from onebit_engine.quant import FORMATS, dequantize_acc, quantize_rows, quantize_weight
 from onebit_engine.quant.formats import QMAX
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from onebit_engine.errors import BackendUnavailable
-from onebit_engine.gemm import int_kernels, native
-from onebit_engine.gemm.host_int import DISPATCH, KERNELS, HostIntBackend, kernel_hash
+from onebit_engine.gemm.host_int import int_kernels, native
+from onebit_engine.gemm.host_int.backend import DISPATCH, KERNELS, HostIntBackend, kernel_hash
 
 CPUINFO = Path("/proc/cpuinfo")
 

@@ -1,10 +1,10 @@
-"""The native paths' tile layout (gemm/host_int_layout.py): the numpy packer and its inverse, the layout
+"""The native paths' tile layout (gemm/host_int/layout.py): the numpy packer and its inverse, the layout
 pinned on a tiny case, and the TiledWeight <-> QuantWeight round trip."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from onebit_engine.gemm.host_int_layout import (TILE_WIDTH, TiledWeight, negative_sums, sign_magnitude, tile_codes,
+from onebit_engine.gemm.host_int.layout import (TILE_WIDTH, TiledWeight, negative_sums, sign_magnitude, tile_codes,
                                                 untile_codes)
 from onebit_engine.quant import FORMATS, quantize_weight
 from onebit_engine.quant.formats import QMAX

@@ -1,4 +1,4 @@
-"""The native kernel's persistent worker threads (gemm/host_int_pool.h): a call that finds the pool busy
+"""The native kernel's persistent worker threads (gemm/host_int/pool.h): a call that finds the pool busy
 (another Python thread: ctypes releases the GIL), a worker woken from its sleep, a fork after the pool
 started, and more threads than the pool has yet - all give the bits of a 1-thread call and return."""
 import multiprocessing as mp
@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from onebit_engine.gemm import native
-from onebit_engine.gemm.host_int import HostIntBackend
+from onebit_engine.gemm.host_int import native
+from onebit_engine.gemm.host_int.backend import HostIntBackend
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native kernel is not available here")
 

@@ -19,13 +19,12 @@ ALLOWED = {
     "checkpoint": {"errors"},
     "quant": {"errors", "checkpoint"},
     "gemm": {"errors", "quant"},
-    "target": {"errors", "ops", "gemm", "quant", "checkpoint"},
-    "draft": {"errors", "ops", "gemm", "quant", "checkpoint", "target"},
-    "loop": {"errors", "ops", "target"},
-    "npu": {"errors", "gemm"},
-    "measure": {"errors", "version", "atomic", "ops", "gemm", "checkpoint", "target", "draft", "loop", "npu"},
-    "default_model": {"errors", "checkpoint", "target", "draft"},
-    "__init__": {"errors", "version", "gemm", "target", "draft", "loop"},
+    "hybrid": {"errors", "ops", "gemm", "quant", "checkpoint"},
+    "draft": {"errors", "ops", "gemm", "quant", "checkpoint", "hybrid"},
+    "loop": {"errors", "ops", "hybrid"},
+    "measure": {"errors", "version", "atomic", "ops", "gemm", "checkpoint", "hybrid", "draft", "loop"},
+    "default_model": {"errors", "checkpoint", "hybrid", "draft"},
+    "__init__": {"errors", "version", "gemm", "hybrid", "draft", "loop"},
     "__main__": {"cli"},
     "cli": None,  # the top floor: anything in the engine
 }
@@ -116,7 +115,7 @@ def test_every_engine_part_has_a_floor():
 def test_only_the_xrt_backend_imports_pyxrt():
     users = sorted(f"{p.relative_to(SRC)}:{line}" for m, p in MODULES.items() for t, line in _imports(m, p)
                    if t.split(".")[0] == "pyxrt")
-    assert users and all(u.startswith("onebit_engine/gemm/xrt.py:") for u in users), users
+    assert users and all(u.startswith("onebit_engine/gemm/npu/xrt.py:") for u in users), users
 
 
 def test_the_engine_never_imports_the_plugin_or_pytest():
@@ -143,7 +142,7 @@ def test_only_the_cli_reads_the_environment():
 def test_the_floor_check_sees_a_bad_import(tmp_path):
     """The checker's own power: an ops module importing the target is reported."""
     fake = tmp_path / "bad.py"
-    fake.write_text("from ..target import Target\nimport os\nx = os.environ\n")
+    fake.write_text("from ..hybrid import Target\nimport os\nx = os.environ\n")
     got = _imports("onebit_engine.ops.bad", fake)
-    assert ("onebit_engine.target", 1) in got and _part(_internal(got[0][0])) not in ALLOWED["ops"]
+    assert ("onebit_engine.hybrid", 1) in got and _part(_internal(got[0][0])) not in ALLOWED["ops"]
     assert _env_reads(fake) == [3]

@@ -9,7 +9,7 @@ from onebit_engine.loop.generate import generate
 from onebit_engine.gemm import available_backends, get_backend
 from onebit_engine.loop.speculative import speculative_generate
 from onebit_engine.measure.provenance import loop_provenance
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 from .stubs import ScriptedDraft
 

@@ -25,7 +25,7 @@ from onebit_engine.loop.speculative import (
 )
 from onebit_engine.measure import provenance
 from onebit_engine.ops.sampling import choose, finite_row
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 from .stubs import BigramDraft, BigramTarget, ScriptedDraft
 

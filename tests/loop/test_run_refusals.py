@@ -7,7 +7,7 @@ import pytest
 from onebit_engine import ConfigError, ContextLimitError, NumericalError
 from onebit_engine.loop.generate import generate
 from onebit_engine.loop.speculative import speculative_generate
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 from .stubs import ScriptedDraft
 

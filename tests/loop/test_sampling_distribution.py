@@ -145,7 +145,7 @@ def test_real_pair_first_speculative_token(tmp_path):
     from onebit_engine.draft import load_draft
     from onebit_engine.draft.synthetic import write_synthetic_draft
     from onebit_engine.ops.sampling import probs
-    from onebit_engine.target.synthetic import random_target, tiny_config
+    from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
     cfg = tiny_config(vocab_size=8)
     target = random_target(cfg, 4, scale=0.7)

@@ -4,7 +4,7 @@ import pytest
 
 from onebit_engine.draft import load_draft, write_synthetic_draft
 from onebit_engine.measure import tune
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 
 def test_expected_tokens():

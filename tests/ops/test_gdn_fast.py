@@ -36,7 +36,7 @@ def test_fast_token_matches_numpy_twin(hk, r, dk, dv, K, seed):
 
 
 def test_targets_on_either_recurrence_agree_closely():
-    from onebit_engine.target.synthetic import random_target, tiny_config
+    from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
     cfg = tiny_config()
     slow, fast = random_target(cfg, 3, recurrence="numpy"), random_target(cfg, 3, recurrence="numba")

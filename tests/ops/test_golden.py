@@ -20,7 +20,7 @@ import pytest
 from onebit_engine import TargetConfig, load_target
 from onebit_engine.ops import gated_delta
 from onebit_engine.ops.gated_delta_fast import gdn_mixer_rows
-from onebit_engine.target.config import SUPPORTED_MODEL_TYPES
+from onebit_engine.hybrid.config import SUPPORTED_MODEL_TYPES
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 NAMES = sorted(d.name for d in GOLDEN.iterdir() if (d / "meta.json").is_file())
@@ -103,9 +103,9 @@ _TargetConfig_rot_dim = TargetConfig.rot_dim
 
 
 def _mutate(mp: pytest.MonkeyPatch, mutation: str) -> None:
-    import onebit_engine.target.layers as layers_mod
-    import onebit_engine.target.model as model_mod
-    import onebit_engine.target.moe_mlp as moe_mlp
+    import onebit_engine.hybrid.layers as layers_mod
+    import onebit_engine.hybrid.model as model_mod
+    import onebit_engine.hybrid.moe_mlp as moe_mlp
     from onebit_engine.ops.moe import route
     from onebit_engine.ops.norm import rms_norm_zc
 

@@ -125,7 +125,7 @@ def test_target_bits_do_not_depend_on_kv_capacity():
     """The target's attention (numpy and compiled paths) reads live rows only: steps and a verify on
     caches pre-grown to a large capacity give the bits of the default caches."""
     from onebit_engine.ops.attention_fast import nb
-    from onebit_engine.target.synthetic import random_target, tiny_config
+    from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
     cfg = tiny_config(num_hidden_layers=4, full_attention_interval=2)
     for recurrence in ["numpy"] + (["numba"] if nb is not None else []):
@@ -148,7 +148,7 @@ def test_target_bits_do_not_depend_on_kv_capacity():
 
 
 def test_target_truncate_past_length_is_a_state_error():
-    from onebit_engine.target.synthetic import random_target, tiny_config
+    from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
     target = random_target(tiny_config(num_hidden_layers=2, full_attention_interval=2), seed=1)
     st = target.new_state()

@@ -4,9 +4,9 @@ gives a --specverify-* option, or a project that opts in with ``specverify = tru
 model: silent unless used)."""
 import pytest
 
-# The device gate's probe is the engine's (onebit_engine.npu): imported before pytester's sys.modules
+# The device gate's probe is the engine's (onebit_engine.gemm.npu.probe): imported before pytester's sys.modules
 # snapshot, so the in-process runs that probe can use it (importing numpy again in this worker fails).
-import onebit_engine.npu  # noqa: F401,E402
+import onebit_engine.gemm.npu.probe  # noqa: F401,E402
 
 # A project with its OWN `device` marker (registered in its ini, --strict-markers) that knows nothing of
 # specverify; the conftest records any NPU probe the plugin would make (the hook is asked first).

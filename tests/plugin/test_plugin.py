@@ -85,7 +85,7 @@ def pytest_specverify_device_status(config):
 
 
 def test_the_device_gate_is_the_engine_probe_without_opening_the_device(monkeypatch):
-    import onebit_engine.npu as engine_device
+    import onebit_engine.gemm.npu.probe as engine_device
     from pytest_specverify import DeviceStatus
     from pytest_specverify.device_gate import detect_device
 

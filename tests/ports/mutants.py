@@ -1,7 +1,7 @@
 """Deliberately broken ports: each breaks one thing a speculative engine can get wrong.
 
 ``build(name)`` returns a ``SpecPort``. Target-level mutants of the hybrid engine subclass
-``onebit_engine.target.model.Target`` (they need its GDN conv/recurrent state); KV and loop mutants break the
+``onebit_engine.hybrid.model.Target`` (they need its GDN conv/recurrent state); KV and loop mutants break the
 second port (``qwen3_numpy``), whose loop this suite owns. ``tests/plugin/test_mutants_caught.py``
 holds the table of which check catches which mutant.
 """
@@ -16,7 +16,7 @@ from tests.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _probs
 
 # -- hybrid engine (onebit_engine) target mutants --------------------------------------------------------
 def _onebit_port(target_class, name):
-    from onebit_engine.target.synthetic import random_weights, tiny_config
+    from onebit_engine.hybrid.synthetic import random_weights, tiny_config
     from pytest_specverify.adapters.onebit import TINY, OnebitPort
 
     cfg = tiny_config(**TINY)
@@ -24,8 +24,8 @@ def _onebit_port(target_class, name):
 
 
 def _engine_mutants():
-    from onebit_engine.target.state import GDNLayerState
-    from onebit_engine.target import Target
+    from onebit_engine.hybrid.state import GDNLayerState
+    from onebit_engine.hybrid import Target
 
     def gdn(state):
         return {i: s.copy() for i, s in enumerate(state.layers) if isinstance(s, GDNLayerState)}
@@ -405,7 +405,7 @@ def build(name: str):
     if name in ENGINE_MUTANTS:
         return _onebit_port(_engine_mutants()[name], f"onebit[{name}]")
     if name in _DRAFT_WRAPPERS:
-        from onebit_engine.target import Target
+        from onebit_engine.hybrid import Target
 
         port = _onebit_port(Target, f"onebit[{name}]")
         port._draft = _DRAFT_WRAPPERS[name](port.make_draft())

@@ -14,8 +14,8 @@ CHECKPOINTS = {
 
 @pytest.fixture(scope="session", params=["qwen3_next:reference", "qwen3_next:host-int", "qwen3_5_moe:host-int"])
 def specverify_port(request, specverify_settings, tmp_path_factory):
-    from onebit_engine.target.moe_config import MoeConfig
-    from onebit_engine.target.synthetic import random_weights, tiny_config, write_checkpoint
+    from onebit_engine.hybrid.moe_config import MoeConfig
+    from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
     from pytest_specverify.adapters.onebit import make_folder_port
 
     kind, backend = request.param.split(":")

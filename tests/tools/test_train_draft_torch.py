@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
 from onebit_engine import Target, load_draft  # noqa: E402
-from onebit_engine.target.synthetic import random_weights, tiny_config  # noqa: E402
+from onebit_engine.hybrid.synthetic import random_weights, tiny_config  # noqa: E402
 from trainpair.common import round_to_f16_  # noqa: E402  (tools/ is on sys.path: conftest.py)
 from trainpair.draft_model import DraftModel  # noqa: E402
 from trainpair.draft_train import save_draft  # noqa: E402

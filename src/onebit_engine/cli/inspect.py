@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, WeightError
-from ..target.weights import value_problems
+from ..hybrid.weights import value_problems
 from . import models, ui
 
 _BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
@@ -68,7 +68,7 @@ def describe(path: "str | Path") -> dict[str, Any]:
                 "version", "block_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "head_dim", "intermediate_size", "target_layer_ids", "mask_token_id", "vocab_size")}
         else:
-            from ..target.config import TargetConfig
+            from ..hybrid.config import TargetConfig
 
             c = TargetConfig.from_hf(raw, source=source)
             kind, cfg = "target", {k: getattr(c, k) for k in (
@@ -76,7 +76,7 @@ def describe(path: "str | Path") -> dict[str, Any]:
                 "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
                 "tie_word_embeddings")}
             if c.moe is not None:  # mixture of experts: experts, top-k, active vs total parameters
-                from ..target.weights import moe_summary
+                from ..hybrid.weights import moe_summary
 
                 cfg["moe"] = moe_summary(c)
         dtypes = sorted({t["dtype"] for t in tensors})
@@ -171,7 +171,7 @@ def _check_config(folder: Path, *, servable: bool) -> None:
     .safetensors output), so a broken checkpoint is refused before any weight is quantized."""
     from ..checkpoint.safetensors import read_config
     from ..draft.config import DraftConfig
-    from ..target.config import TargetConfig
+    from ..hybrid.config import TargetConfig
 
     raw = read_config(folder)
     if servable or not isinstance(raw, dict) or "dflash_config" not in raw:
@@ -186,7 +186,7 @@ def cmd_quantize(args) -> int:
     from ..quant import quantize_weight, save_quantized
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
-    from ..target.moe_weights import split_fused_experts
+    from ..hybrid.moe_weights import split_fused_experts
 
     _check_config(folder, servable=not str(args.out).endswith(".safetensors"))
     tensors = split_fused_experts(load_folder_tensors(folder))  # fused 3-D experts: one projection per expert

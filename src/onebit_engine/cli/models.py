@@ -49,8 +49,8 @@ def resolve_backend(name: str) -> str:
     path), else reference; any other name as given."""
     if name != "auto":
         return name
-    from ..gemm import native
-    from ..gemm.host_int import DISPATCH
+    from ..gemm.host_int import native
+    from ..gemm.host_int.backend import DISPATCH
 
     return "host-int" if any(native.available(p) for p in DISPATCH) else "reference"
 
@@ -100,7 +100,7 @@ def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | N
     """Load the target (and the draft) the flags name, on the flags' backends and row set."""
     from ..draft import load_draft
     from ..measure.provenance import checkpoint_hash
-    from ..target import load_target
+    from ..hybrid import load_target
 
     model, draft = getattr(args, "model", None), getattr(args, "draft", None)
     tok_path = None

@@ -30,7 +30,7 @@ from ..checkpoint.fields import (
     typed,
 )
 from ..errors import ConfigError
-from ..target.config import MAX_LAYERS
+from ..hybrid.config import MAX_LAYERS
 
 DRAFT_ARCHITECTURES = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2}
 DRAFT_LAYER_TYPES = ("full_attention", "sliding_attention")

@@ -17,7 +17,7 @@ from ..checkpoint.fields import first_few
 from ..checkpoint.safetensors import load_folder_tensors, read_config
 from ..errors import ConfigError, WeightError
 from ..gemm import Linear, get_backend
-from ..target.weights import value_problems
+from ..hybrid.weights import value_problems
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
 from .model import Draft, DraftLayer

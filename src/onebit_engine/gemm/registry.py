@@ -10,7 +10,7 @@ from .base import GemmBackend
 
 _FACTORIES: dict[str, Callable[..., GemmBackend]] = {}
 # Modules that register a backend when imported; a module that is absent is simply not offered.
-_BUILTIN_MODULES = ("onebit_engine.gemm.host_int", "onebit_engine.gemm.xrt")
+_BUILTIN_MODULES = ("onebit_engine.gemm.host_int.backend", "onebit_engine.gemm.npu.xrt")
 
 
 def register(name: str, factory: Callable[..., GemmBackend]) -> None:

@@ -18,7 +18,7 @@ measured around the round call. Provenance is the reporting caller's
 (``measure.provenance.loop_provenance``).
 
 At T = 0 the output is token-for-token plain greedy decoding of the same build and row set, because
-the verify's rows are bitwise single steps (see ``target/model.py``).
+the verify's rows are bitwise single steps (see ``hybrid/model.py``).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError, NumericalError
 from ..ops.sampling import choose, draw, finite_row, probs
-from ..target.commit import COMMIT_PATHS
+from ..hybrid.commit import COMMIT_PATHS
 from .inputs import check_run
 
 

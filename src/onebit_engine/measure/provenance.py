@@ -26,7 +26,7 @@ def device_provenance(desc: dict[str, Any]) -> dict[str, Any]:
     """For a device backend: the NPU generation, driver and firmware versions (what the probe can read)."""
     if desc.get("backend") != "xrt":
         return {}
-    from ..npu import detect_npu
+    from ..gemm.npu.probe import detect_npu
 
     st = detect_npu(open_device=False)
     return {"npu_generation": desc.get("generation") or st.generation, "npu_model": st.model,

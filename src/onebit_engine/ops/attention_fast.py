@@ -3,7 +3,7 @@ a call in one call: q/k RMSNorm, partial RoPE, KV append, causal softmax attenti
 
 Same math and order as ``target.GatedAttention`` on the numpy path (``ops.attention.attend_row``,
 ``ops.rope``, ``ops.norm``); sums run in float32 loops, so the two agree to rounding, not bitwise
-(``tests/target/test_target_fast.py``). Each row is computed by the same code from its own inputs and the
+(``tests/hybrid/test_target_fast.py``). Each row is computed by the same code from its own inputs and the
 keys it may see, whatever the number of rows in the call, so a verify's rows are bitwise single steps.
 """
 from __future__ import annotations

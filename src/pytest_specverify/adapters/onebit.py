@@ -115,7 +115,7 @@ def make_trained_port(options: PortOptions) -> OnebitPort:
 
 def make_port(options: PortOptions) -> OnebitPort:
     """Entry point of the ``specverify.ports`` group: the tiny seeded hybrid target."""
-    from onebit_engine.target.synthetic import random_target, tiny_config
+    from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
     target = random_target(tiny_config(**TINY), seed=1000 + options.seed, backend=options.backend or "reference",
                            row_set=options.row_set or 8)

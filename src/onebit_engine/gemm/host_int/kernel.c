@@ -1,12 +1,12 @@
 /* host-int native kernel: the device numerics contract (docs/CONTRACTS.md) for one skinny GEMM call.
  *
  * Twins (bitwise, tested): onebit_engine.quant.activations.quantize_rows,
- * onebit_engine.gemm.int_kernels.matmul_int_reference, onebit_engine.quant.activations.dequantize_acc;
- * the tile layout's twin is onebit_engine.gemm.host_int_layout. Built by onebit_engine/gemm/native.py
- * with `python -m ziglang cc -O2 -mavx2 -ffp-contract=off` together with host_int_avx2.c and
- * host_int_vnni.c (whose AVX-512 functions carry their own target attribute).
+ * onebit_engine.gemm.host_int.int_kernels.matmul_int_reference, onebit_engine.quant.activations.dequantize_acc;
+ * the tile layout's twin is onebit_engine.gemm.host_int.layout. Built by onebit_engine/gemm/host_int/native.py
+ * with `python -m ziglang cc -O2 -mavx2 -ffp-contract=off` together with avx2.c and
+ * vnni.c (whose AVX-512 functions carry their own target attribute).
  *
- * One call: quantize the rows (host_int_quant.h), lay them out for broadcasts (host_int_tiles.h), run
+ * One call: quantize the rows (quant.h), lay them out for broadcasts (tiles.h), run
  * the path's tile function over every tile of output channels, K block and row block, then the epilogue
  * y = ((float)(acc + ccorr[n] - BIAS * sum(xq[r])) * sa[r]) * sw[n] (two float32 multiplies, no
  * contraction possible). All sums are integers modulo 2^32 whose final value fits int32 (K <= 133144 is
@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_int_quant.h"
-#include "host_int_tiles.h"
+#include "quant.h"
+#include "tiles.h"
 
 #define MAX_ROWS 16
 #define MAX_THREADS 64
@@ -193,7 +193,7 @@ static int64_t threads_for(const job_t *j, int64_t tiles, int threads) {
     return t < 1 ? 1 : t;
 }
 
-#include "host_int_pool.h"
+#include "pool.h"
 
 /* Jobs of decreasing size, claimed as threads come free (guided: each takes 1/(2t) of the tiles not yet
  * handed out, at least MIN_JOB_TILES and 1/128 of all, so there are at most ~128 + 2t ln 64 jobs): the

@@ -1,4 +1,4 @@
-/* Contract steps 1-2 (docs/CONTRACTS.md) for one activation row, AVX2; included by host_int_kernel.c.
+/* Contract steps 1-2 (docs/CONTRACTS.md) for one activation row, AVX2; included by kernel.c.
  * Twin (bitwise, tested): onebit_engine.quant.activations.quantize_rows: float32 division, round half
  * to even, clip to +-127; sa = amax / 127, or 1.0 for an all-zero row. */
 #include <immintrin.h>

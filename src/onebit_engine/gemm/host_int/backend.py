@@ -6,7 +6,7 @@ format) or accepts a :class:`~onebit_engine.quant.QuantWeight`; ``matmul`` quant
 row, runs one exact int32 product and applies the float32 epilogue ``(acc * sa) * sw``.
 
 Kernels (``kernel=``), fastest first: ``avx512vnni`` and ``avx2`` (native paths: all three steps in one
-C call; ``pack`` re-tiles the weight for the path, ``host_int_layout.py``), then ``numba`` and
+C call; ``pack`` re-tiles the weight for the path, ``host_int/layout.py``), then ``numba`` and
 ``numpy`` (the numpy quantizer and epilogue of ``quant/activations.py`` around their integer product,
 on the file format). ``None`` picks the first one the CPU running this code supports (cpuid and
 xgetbv, read by the native library); ``"native"`` the first native one. ``avx512vnni-emulated`` (the
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendUnavailable
-from ..quant.activations import dequantize_acc, quantize_rows
-from ..quant.formats import FORMATS, QuantWeight, quantize_weight
+from ...errors import BackendUnavailable
+from ...quant.activations import dequantize_acc, quantize_rows
+from ...quant.formats import FORMATS, QuantWeight, quantize_weight
 from . import int_kernels, native
-from .host_int_layout import TiledWeight
-from .registry import register
+from .layout import TiledWeight
+from ..registry import register
 
 WEIGHT_CODES = {"int8": "int8 [-127,127] max/127", "int4": "int4 [-7,7] max/7", "ternary": "ternary {-1,0,1} absmean"}
 NUMERICS = (
@@ -36,8 +36,8 @@ NUMERICS = (
 _F32 = np.dtype(np.float32)
 DISPATCH = ("avx512vnni", "avx2")  # native paths, fastest first; then numba, numpy
 KERNELS = DISPATCH + ("numba", "numpy", "avx512vnni-emulated")
-_SOURCES = ("int_kernels.py", "host_int.py", "native.py", "host_int_layout.py", "host_int_kernel.c", "host_int_avx2.c",
-            "host_int_vnni.c", "host_int_tiles.h", "host_int_quant.h", "host_int_pool.h", "host_int_avx512_emul.h")
+_SOURCES = ("int_kernels.py", "backend.py", "native.py", "layout.py", "kernel.c", "avx2.c",
+            "vnni.c", "tiles.h", "quant.h", "pool.h", "avx512_emul.h")
 
 
 def kernel_hash(kernel: str = "") -> str:
@@ -45,7 +45,7 @@ def kernel_hash(kernel: str = "") -> str:
     so results of different paths never compare as the same kernel."""
     here = Path(__file__).parent
     h = hashlib.sha256(kernel.encode())
-    for p in [here / f for f in _SOURCES] + [here.parent / "quant" / "formats.py", here.parent / "quant" / "activations.py"]:
+    for p in [here / f for f in _SOURCES] + [here.parents[1] / "quant" / "formats.py", here.parents[1] / "quant" / "activations.py"]:
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
 

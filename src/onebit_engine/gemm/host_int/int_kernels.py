@@ -3,12 +3,12 @@
 
 ``matmul_int_reference`` is the slow, obviously-correct numpy twin; ``matmul_int`` is the fast path:
 a native path (``avx512vnni``, ``avx2``, or the test-only ``avx512vnni-emulated``: the C kernels of
-``host_int_kernel.c``, built with ziglang, see ``native.py``), ``numba``, or a numpy float64-BLAS
+``kernel.c``, built with ziglang, see ``native.py``), ``numba``, or a numpy float64-BLAS
 fallback. Both are exact integer products, so
 they agree bit for bit whatever the order of summation, the thread count or the other rows; the
 tests pin that. No environment is read here: callers pass ``threads`` explicitly.
 
-The native kernel's design is in the header of ``host_int_kernel.c``. Numba kernel design (for M in 1..16): ``prange`` over blocks of ``_NB`` output channels; each
+The native kernel's design is in the header of ``kernel.c``. Numba kernel design (for M in 1..16): ``prange`` over blocks of ``_NB`` output channels; each
 channel's packed row is read from memory once and decoded into an int16 scratch row that stays in
 L1, then every activation row is dotted against it. The dot is written as an int32 reduction of
 int16 x int16 products, which LLVM lowers to ``vpmaddwd`` on AVX2. Exactness: |product| <= 127^2 and
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..quant.formats import CODES_PER_BYTE, QuantWeight, unpack_codes
+from ...quant.formats import CODES_PER_BYTE, QuantWeight, unpack_codes
 from . import native
-from .host_int_layout import TILE_WIDTH, TiledWeight
+from .layout import TILE_WIDTH, TiledWeight
 
 try:  # the `fast` extra
     import numba

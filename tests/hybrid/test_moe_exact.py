@@ -10,11 +10,11 @@ from onebit_engine import COMMIT_PATHS
 from onebit_engine.draft import load_draft
 from onebit_engine.draft.synthetic import write_synthetic_draft
 from onebit_engine.loop.generate import generate
-from onebit_engine.gemm.host_int import HostIntBackend
-from onebit_engine.target.moe_config import MoeConfig
-from onebit_engine.target.moe_mlp import MoeMLP
+from onebit_engine.gemm.host_int.backend import HostIntBackend
+from onebit_engine.hybrid.moe_config import MoeConfig
+from onebit_engine.hybrid.moe_mlp import MoeMLP
 from onebit_engine.loop.speculative import speculative_generate
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 from .test_batch_invariance import RECURRENCES, states_equal
 
@@ -93,7 +93,7 @@ def test_rows_routed_to_the_same_or_disjoint_experts(backend, routing, monkeypat
     """Force the routing from each row's router logits: every row to experts {1, 2} ("same"), or to the
     pair {2j, 2j+1} with j the argmax of its first four logits ("disjoint": two rows share both
     experts or none). A verify's rows must still equal single steps bit for bit."""
-    import onebit_engine.target.moe_mlp as mm
+    import onebit_engine.hybrid.moe_mlp as mm
 
     def forced(logits, top_k, norm):
         r = logits.shape[0]

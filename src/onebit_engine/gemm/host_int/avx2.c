@@ -1,4 +1,4 @@
-/* host-int AVX2 tile kernel (path "avx2"): the exact products of one 8-channel tile (host_int_tiles.h).
+/* host-int AVX2 tile kernel (path "avx2"): the exact products of one 8-channel tile (tiles.h).
  *
  * No VNNI: an exact int8 x int8 product on AVX2 is vpmaddubsw (u8 x s8 -> int16 pair sums) then vpmaddwd
  * with ones into int32. One 32-byte load holds 4 k (int8), 8 k (int4) or 16 k (ternary) of 8 channels;
@@ -19,7 +19,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "host_int_tiles.h"
+#include "tiles.h"
 
 #define VB 32 /* bytes per step: 8 channels x 4 bytes */
 

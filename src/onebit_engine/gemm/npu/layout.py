@@ -16,7 +16,7 @@ Everything else is the host's job, and this module plans it:
 Zero padding is exact for an integer GEMM. The compiled sizes are checked at load against the
 padding rules of mlir-aie's whole_array design and the array's DMA limits
 (``shared/reference/npu-stack.md`` 3.2 and 3.6), so every launch the plan makes is one the artifact
-can run. The emulator (``npu_emulator.py``) decodes the same bytes with its own code.
+can run. The emulator (``emulator.py``) decodes the same bytes with its own code.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendUnavailable, ConfigError
+from ...errors import BackendUnavailable, ConfigError
 
 SCHEMA = 1
 GENERATIONS = ("npu1", "npu2")

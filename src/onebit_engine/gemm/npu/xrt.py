@@ -3,7 +3,7 @@
 Same numbers as ``host-int``, bit for bit: activations are quantized and results dequantized by the
 very functions host-int uses (``quant/activations.py``); only the exact int32 product
 ``acc = xq @ Wq.T`` runs on the device, as fixed-size launches of one kernel artifact
-(``kernels/``, described by a :class:`~.xrt_layout.KernelManifest`). Integer sums are exact, so
+(``kernels/``, described by a :class:`~.layout.KernelManifest`). Integer sums are exact, so
 padding, splitting and summing K blocks on the host change nothing.
 
 The launch sequence is the canonical one (npu-stack.md 2.2): one ``pyxrt.device`` per process
@@ -23,7 +23,7 @@ without an explicit module, so importing this file needs no XRT.
 
 Nothing here has run on a real NPU yet: it is written against pyxrt's documented API and tested
 through the strict fake in ``tests/fakes/fake_pyxrt.py`` and the bit-exact emulator
-(``npu_emulator.py``). See ``docs/device.md``.
+(``emulator.py``). See ``docs/device.md``.
 """
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendUnavailable, OnebitError
-from ..quant.activations import dequantize_acc, quantize_rows
-from ..quant.formats import FORMATS, QuantWeight, quantize_weight
-from . import int_kernels
-from .host_int import NUMERICS, WEIGHT_CODES, kernel_hash
-from .registry import register
-from .xrt_layout import (
+from ...errors import BackendUnavailable, OnebitError
+from ...quant.activations import dequantize_acc, quantize_rows
+from ...quant.formats import FORMATS, QuantWeight, quantize_weight
+from ..host_int import int_kernels
+from ..host_int.backend import NUMERICS, WEIGHT_CODES, kernel_hash
+from ..registry import register
+from .layout import (
     GENERATIONS,
     KernelManifest,
     WeightPlan,
@@ -57,7 +57,7 @@ from .xrt_layout import (
 
 log = logging.getLogger(__name__)
 
-KERNELS_DIR = Path(__file__).resolve().parents[3] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[4] / "kernels"
 SENTINEL = np.int32(-(2**31))  # |valid output| <= K * 127^2 < 2^31 - 1, so no launch can produce it
 FALLBACKS = ("host-int", None)
 OPEN_ATTEMPTS = 3

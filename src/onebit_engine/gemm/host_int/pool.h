@@ -1,4 +1,4 @@
-/* Persistent worker threads for the host-int kernel (included by host_int_kernel.c, after run_job).
+/* Persistent worker threads for the host-int kernel (included by kernel.c, after run_job).
  *
  * Why: starting and joining a pthread per call cost 24-29% of a 2-thread 1-row 4096 x 4096 call with
  * the workers awake between calls, ~10% when they must be woken (more than the ~30-45 us of create +

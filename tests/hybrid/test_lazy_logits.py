@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from onebit_engine.gemm import available_backends, get_backend
 from onebit_engine.loop.speculative import RowLogits, greedy_accept
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 EXACT = [b for b in available_backends() if get_backend(b).exact]
 

@@ -1,4 +1,4 @@
-/* Scalar emulation of exactly the AVX-512 intrinsics host_int_vnni.c uses, following the pseudo-code of
+/* Scalar emulation of exactly the AVX-512 intrinsics vnni.c uses, following the pseudo-code of
  * Intel's Intrinsics Guide, so the VNNI kernel's very source can be tested bitwise on a CPU without
  * AVX-512 (built as a separate, test-only library by native.py; never chosen by dispatch).
  * Included instead of <immintrin.h>; nothing else of AVX-512 may be used by the kernel (it would not

@@ -8,7 +8,7 @@ The probe runs the cheap checks first and imports XRT last (npu-stack.md 3.7, 6.
 3. the memlock limit (a low one makes large weight buffers fail to allocate; reported, not fatal);
 4. ``import pyxrt`` (it ships with XRT, not PyPI), then ``pyxrt.device(i)`` opens and names itself.
 
-Nothing happens at import. ``python -m onebit_engine.npu`` (or ``tools/device_check.py``, which
+Nothing happens at import. ``python -m onebit_engine.gemm.npu.probe`` (or ``tools/device_check.py``, which
 ``nox -s device`` runs first) prints the status and exits 1 when no NPU is usable.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BackendUnavailable
-from .gemm.xrt_layout import generation_of
+from ...errors import BackendUnavailable
+from .layout import generation_of
 
 MIN_MEMLOCK = 1 << 30  # below this, resident weights of a real model will not fit
 
@@ -109,7 +109,7 @@ def detect_npu(*, accel_glob: str = "/dev/accel/accel*", sysfs: str | Path = "/s
     if not import_xrt:
         return DeviceStatus(True, f"NPU node {node} bound to amdxdna (XRT not checked)", **found)
     if xrt is None:
-        from .gemm.xrt import (
+        from .xrt import (
             import_pyxrt,  # the xrt backend is the one importer of pyxrt
         )
 
@@ -134,7 +134,7 @@ def detect_npu(*, accel_glob: str = "/dev/accel/accel*", sysfs: str | Path = "/s
 
 def main(argv: list[str] | None = None) -> int:
     """Print the probe's findings; exit 0 when an NPU is usable, 1 otherwise."""
-    p = argparse.ArgumentParser(prog="python -m onebit_engine.npu", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m onebit_engine.gemm.npu.probe", description=main.__doc__)
     p.add_argument("--xrt-python", metavar="DIR", action="append", default=[],
                    help="directory holding pyxrt (e.g. $XILINX_XRT/python), prepended to sys.path")
     p.add_argument("--device-index", type=int, default=0, help="XRT device index. Default: %(default)r")

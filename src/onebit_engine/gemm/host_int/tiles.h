@@ -1,7 +1,7 @@
-/* The tile layout and the tile-function contract shared by host_int_kernel.c (driver, AVX2 path) and
- * host_int_vnni.c (AVX-512 VNNI path, also built against the scalar emulation for the tests).
+/* The tile layout and the tile-function contract shared by kernel.c (driver, AVX2 path) and
+ * vnni.c (AVX-512 VNNI path, also built against the scalar emulation for the tests).
  *
- * Layout (gemm/host_int_layout.py is the numpy twin): a weight [N, K] is stored as tiles of T output
+ * Layout (gemm/host_int/layout.py is the numpy twin): a weight [N, K] is stored as tiles of T output
  * channels (T = 8 for AVX2, 16 for VNNI), each a run of S steps of T * 4 bytes; byte 4 * j + i of step s
  * of tile t belongs to channel t * T + j and holds biased codes (code + BIAS, so every field is unsigned):
  *   int8:    code(k = 4s + i) + 128 (VNNI); |code| + 128 * (code < 0), sign and magnitude (AVX2)
@@ -22,7 +22,7 @@
 #define PATH_AVX2 0
 #define PATH_VNNI 1
 #ifndef PREFETCH_AHEAD
-#define PREFETCH_AHEAD 2048 /* bytes of weight stream prefetched ahead (see host_int_kernel.c) */
+#define PREFETCH_AHEAD 2048 /* bytes of weight stream prefetched ahead (see kernel.c) */
 #endif
 
 /* Add the products of steps [0, ns) of one tile (w: its first step) with the R rows of xs (from the
@@ -32,11 +32,11 @@
 typedef void (*tile_fn)(int fmt, int R, const uint8_t *w, int64_t ns, const uint8_t *next, const int8_t *xs,
                         int32_t *acc, int init);
 
-/* host_int_avx2.c: the AVX2 tile function (T = 8, R = 1..8). */
+/* avx2.c: the AVX2 tile function (T = 8, R = 1..8). */
 void onebit_hi_avx2_tile(int fmt, int R, const uint8_t *w, int64_t ns, const uint8_t *next, const int8_t *xs,
                          int32_t *acc, int init);
 
-/* host_int_vnni.c: the VNNI tile function (T = 16, R = 1..16), and whether it is the emulation. */
+/* vnni.c: the VNNI tile function (T = 16, R = 1..16), and whether it is the emulation. */
 void onebit_hi_vnni_tile(int fmt, int R, const uint8_t *w, int64_t ns, const uint8_t *next, const int8_t *xs,
                          int32_t *acc, int init);
 int onebit_hi_vnni_emulated(void);

@@ -1,7 +1,7 @@
 """Bit-exact emulation of one launch of the int8 x int8 -> int32 NPU GEMM, from the exact BO bytes.
 
 The input is what the device would read: the bytes of the A, B (and C) buffer objects. The
-decoding here is written independently of the packer in ``xrt_layout.py`` (explicit element
+decoding here is written independently of the packer in ``layout.py`` (explicit element
 addresses, no reuse of its reshapes), so a layout bug in the packer shows up as a mismatch instead
 of being reproduced. What the kernel computes (``aie_kernels/aie2/mm.cc`` with ``i8_i32_ONLY``):
 for each output element, the int32 sum over K of int8 products, stored in int32 after every

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from onebit_engine.gemm import Linear, get_backend
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 
 class Recording:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from onebit_engine import COMMIT_PATHS, StateError, StateMismatch
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 K = 6
 PROMPT = [5, 9, 14, 3, 77, 21, 60, 2, 33, 41, 8]

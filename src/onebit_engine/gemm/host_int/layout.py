@@ -1,4 +1,4 @@
-"""The tiled weight layout of the native host-int paths (``host_int_tiles.h`` is its C side).
+"""The tiled weight layout of the native host-int paths (``tiles.h`` is its C side).
 
 A weight ``[N, K]`` is re-packed once, at ``pack``, into tiles of ``T`` output channels (8 for
 ``avx2``, 16 for ``avx512vnni``): ``tiles [ceil(N/T), S, T, 4]`` uint8, where one step ``s`` is one
@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..quant.formats import CODES_PER_BYTE, FORMATS, QuantWeight, pack_codes
+from ...quant.formats import CODES_PER_BYTE, FORMATS, QuantWeight, pack_codes
 
 TILE_WIDTH = {"avx2": 8, "avx512vnni": 16, "avx512vnni-emulated": 16}
 PATH_IDS = {"avx2": 0, "avx512vnni": 1, "avx512vnni-emulated": 1}  # the emulation runs the VNNI layout
@@ -88,7 +88,7 @@ def negative_sums(codes: np.ndarray, width: int) -> np.ndarray:
 
 
 class _WeightStruct(ctypes.Structure):
-    """``hi_weight_t`` of host_int_kernel.c."""
+    """``hi_weight_t`` of kernel.c."""
 
     _fields_ = [("path", ctypes.c_int32), ("fmt", ctypes.c_int32), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
                 ("steps", ctypes.c_int64), ("tiles", ctypes.c_void_p), ("ccorr", ctypes.c_void_p),

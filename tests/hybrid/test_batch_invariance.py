@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from onebit_engine.gemm import available_backends, get_backend
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 EXACT = [b for b in available_backends() if get_backend(b).exact]
 

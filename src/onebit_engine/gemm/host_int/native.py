@@ -1,4 +1,4 @@
-"""Build and load the native host-int kernels (``host_int_kernel.c`` and its paths) with ctypes.
+"""Build and load the native host-int kernels (``kernel.c`` and its paths) with ctypes.
 
 The compiler is Zig's bundled clang from the ``ziglang`` PyPI package (``python -m ziglang cc``), so
 the build needs nothing outside the package registry and every machine compiles with the same
@@ -10,7 +10,7 @@ version, so a changed kernel never loads a stale library:
   never needs an AVX-512 machine. Which path may run is decided at run time by cpuid and xgetbv inside
   the library (``cpu_flags``), never by build flags;
 * ``emulated`` (tests only): the same sources with the VNNI intrinsics taken from the scalar
-  ``host_int_avx512_emul.h``, so the VNNI kernel is checked bitwise where the CPU lacks AVX-512.
+  ``avx512_emul.h``, so the VNNI kernel is checked bitwise where the CPU lacks AVX-512.
 
 Nothing here reads the environment. ``load()`` raises :class:`NativeUnavailable` with the reason (no
 ziglang, compiler error); callers fall back to numba or numpy.
@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendUnavailable
-from .host_int_layout import PATH_IDS, TiledWeight
+from ...errors import BackendUnavailable
+from .layout import PATH_IDS, TiledWeight
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / f for f in ("host_int_kernel.c", "host_int_avx2.c", "host_int_vnni.c"))
-HEADERS = tuple(HERE / f for f in ("host_int_tiles.h", "host_int_quant.h", "host_int_pool.h", "host_int_avx512_emul.h"))
+SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c"))
+HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
 ABI_VERSION = 2
@@ -40,7 +40,7 @@ _F32 = np.dtype(np.float32)
 _LOADED: "dict[str, NativeKernel]" = {}
 _ERROR: "dict[str, str]" = {}
 
-# cpu_flags() bits of host_int_kernel.c, with where each comes from
+# cpu_flags() bits of kernel.c, with where each comes from
 CPU_FLAGS = {
     "osxsave": (0, "cpuid 1 ECX bit 27"), "avx": (1, "cpuid 1 ECX bit 28"),
     "xcr0_ymm": (2, "XCR0 bits 1-2: SSE/AVX state enabled by the OS"),

@@ -10,7 +10,7 @@ import pytest
 from onebit_engine.ops.gated_delta_fast import gdn_mixer_rows
 from onebit_engine.ops.norm import rms_norm, rms_norm_zc, silu
 from onebit_engine.ops.norm_fast import rms_norm_rows, silu_mul
-from onebit_engine.target.synthetic import random_target, tiny_config
+from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 pytestmark = pytest.mark.skipif(gdn_mixer_rows is None, reason="numba is not installed (the fast extra)")
 
@@ -60,7 +60,7 @@ def test_compiled_target_follows_the_numpy_twin_over_a_long_context(cfg):
 def test_compiled_state_updates_never_reach_an_array_the_state_does_not_own():
     """The compiled path updates the delta-net state in place: a state holding views of another array
     (say, a verify's per-row checkpoints) must be copied first, never written through."""
-    from onebit_engine.target.state import GDNLayerState
+    from onebit_engine.hybrid.state import GDNLayerState
 
     c = tiny_config()
     t = random_target(c, 7, recurrence="numba")

@@ -2,10 +2,10 @@
  *
  * Built twice by native.py: into the main library with the AVX2 baseline flags, these functions alone
  * compiled for AVX-512 (target attribute; the library runs them only where cpuid and xgetbv say so),
- * and with -DONEBIT_HI_EMULATE_AVX512 against host_int_avx512_emul.h into a test-only library, so the
+ * and with -DONEBIT_HI_EMULATE_AVX512 against avx512_emul.h into a test-only library, so the
  * same source is checked bitwise on CPUs without AVX-512.
  *
- * One 64-byte load of the tile (host_int_tiles.h) holds 4 k (int8), 8 k (int4) or 16 k (ternary) of 16
+ * One 64-byte load of the tile (tiles.h) holds 4 k (int8), 8 k (int4) or 16 k (ternary) of 16
  * channels as biased unsigned codes; `vpdpbusd` multiplies them with 4 signed activation codes of a row
  * broadcast to all 16 channels ({1to16}) and adds the 4 products into the row's int32 accumulator, with
  * no intermediate int16 (no saturation possible). The caller subtracts BIAS * sum(xq[r]) per row; sums
@@ -15,10 +15,10 @@
  */
 #include <string.h>
 
-#include "host_int_tiles.h"
+#include "tiles.h"
 
 #ifdef ONEBIT_HI_EMULATE_AVX512
-#include "host_int_avx512_emul.h"
+#include "avx512_emul.h"
 #define TARGET_VNNI
 int onebit_hi_vnni_emulated(void) { return 1; }
 #else
