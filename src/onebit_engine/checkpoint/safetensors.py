@@ -26,15 +26,13 @@ import numpy as np
 from ..errors import CheckpointError
 from .fields import first_few, show, top_object
 from .jsonfile import read_json
+from .lazy import DTYPES, TensorRef
 
 QUANT_FILE = "quantized.safetensors"  # a servable quantized folder's projections (see quant/io.py)
 INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER = 100_000_000  # bytes; the safetensors package's own limit
 
-_DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-}
+_DTYPES = DTYPES
 _ITEMSIZE = {k: np.dtype(v).itemsize for k, v in _DTYPES.items()}
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 
@@ -156,6 +154,13 @@ def iter_tensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
         yield name, arr
 
 
+def file_refs(path: Path) -> dict[str, TensorRef]:
+    """Every tensor of one safetensors file as a ref (the header checked by ``read_header``; no data read)."""
+    header, start, _ = read_header(path)
+    return {name: TensorRef(Path(path), name, e["dtype"], tuple(int(d) for d in e["shape"]), start + e["data_offsets"][0])
+            for name, e in header.items()}
+
+
 def file_dtype(arr: np.ndarray) -> str:
     """The safetensors dtype name of a loaded array (BF16 reads back as F32: it was widened)."""
     return {np.dtype(v): k for k, v in _DTYPES.items() if k != "BF16"}.get(arr.dtype, str(arr.dtype))
@@ -207,14 +212,38 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 
 def load_folder_tensors(folder: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a checkpoint folder; with a shard index, each tensor must be in the shard it names."""
+    """Every tensor of a checkpoint folder, read whole (the slow twin of :func:`folder_refs`, which
+    reads nothing until asked); with a shard index, each tensor must be in the shard it names."""
     out: dict[str, np.ndarray] = {}
     where: dict[str, str] = {}
     for f in checkpoint_files(folder):
         for name, arr in iter_tensors(f):
-            if name in out:
-                raise CheckpointError(f"tensor {name!r} appears in more than one shard ({where[name]} and {f.name}); the checkpoint is inconsistent - keep one")
-            out[name], where[name] = arr, f.name
+            _claim(name, f.name, where)
+            out[name] = arr
+    _check_index(folder, where)
+    return out
+
+
+def folder_refs(folder: Path) -> dict[str, TensorRef]:
+    """Every tensor of a checkpoint folder as a :class:`~.lazy.TensorRef` (headers and the shard index
+    checked as :func:`load_folder_tensors` checks them; no tensor data read)."""
+    out: dict = {}
+    where: dict[str, str] = {}
+    for f in checkpoint_files(folder):
+        for name, ref in file_refs(f).items():
+            _claim(name, f.name, where)
+            out[name] = ref
+    _check_index(folder, where)
+    return out
+
+
+def _claim(name: str, shard: str, where: dict[str, str]) -> None:
+    if name in where:
+        raise CheckpointError(f"tensor {name!r} appears in more than one shard ({where[name]} and {shard}); the checkpoint is inconsistent - keep one")
+    where[name] = shard
+
+
+def _check_index(folder: Path, where: dict[str, str]) -> None:
     weight_map = _shard_index(folder)
     if weight_map is not None:
         lies = [f"{n} (index: {s}, stored in {where[n]})" for n, s in weight_map.items() if n in where and where[n] != s]
@@ -223,7 +252,6 @@ def load_folder_tensors(folder: Path) -> dict[str, np.ndarray]:
         if lies:
             raise CheckpointError(f"{folder / INDEX_FILE} does not match its shards for {len(lies)} tensor(s): "
                                   f"{first_few(sorted(lies))}; copy the index that came with the shards")
-    return out
 
 
 def read_config(folder: Path) -> dict:

@@ -103,6 +103,12 @@ def _spec_args(p) -> None:
     g.add_argument("--commit-path", choices=COMMIT_PATHS, default="keep", help="how a verify is committed. Default: %(default)r")
 
 
+def _shape_names() -> str:
+    from ..synth.shapes import SHAPES
+
+    return ", ".join(SHAPES)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="onebit", description="Hybrid-LLM speculative decoding engine (numpy): decode, probe, benchmark, inspect.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
@@ -166,7 +172,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="compare two results instead of measuring")
     b.add_argument("--allow-mismatch", action="store_true", help="with --compare: print runs of different provenance, labelled")
     b.add_argument("--json", action="store_true")
+    sc = b.add_argument_group("scale benchmark (a synthesized pair of a real model's shape, instead of --model)")
+    sc.add_argument("--shape", metavar="NAME", help="a published shape (onebit synth --help lists them): synthesize or "
+                    "reuse its int8/int4/ternary pair and measure plain decoding against the loop with an oracle draft")
+    sc.add_argument("--format", choices=("int8", "int4", "ternary"), help="weight format of the synthesized pair. Default: int4")
+    sc.add_argument("--acceptance", default="0.8", metavar="A", help="the oracle draft's acceptance: a number in [0, 1] "
+                    "(each draft kept with that chance until the first miss), seed (every draft kept), pair (the built-in "
+                    "pair's measured profile) or published (the shape's draft's published tau). Default: %(default)r")
+    sc.add_argument("--seed", type=_seed, default=0, help="seed of the synthesized weights and the prompt. Default: %(default)r")
+    sc.add_argument("--cache", metavar="DIR", help="where synthesized pairs are kept. Default: the onebit cache folder's synth/")
     b.set_defaults(func="bench:cmd_bench")
+
+    sy = sub.add_parser("synth", help="write a servable pair of a real model's shape with seeded random weights")
+    sy.add_argument("--shape", required=True, metavar="NAME", help=f"one of {_shape_names()} (NAME-shrunk: its tiny copy)")
+    sy.add_argument("--format", choices=("int8", "int4", "ternary", "bf16"), default="int4",
+                    help="int8/int4/ternary: a quantized servable pair; bf16: a float checkpoint (onebit quantize's input). "
+                         "Default: %(default)r")
+    sy.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder: target/ and draft/ are written in it")
+    sy.add_argument("--seed", type=_seed, default=0, help="Default: %(default)r")
+    sy.add_argument("--allow-unservable", action="store_true", help="write it even when this machine lacks the memory to serve it")
+    sy.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    sy.set_defaults(func="scale:cmd_synth")
 
     i = sub.add_parser("inspect", help="a checkpoint's config, tensors, sizes, dtypes, quantization")
     i.add_argument("path", metavar="PATH", help="target or draft folder, quantized .safetensors file or stage file")

@@ -14,6 +14,16 @@ from . import models, ui
 def cmd_bench(args) -> int:
     if args.compare:
         return _compare(args)
+    if args.shape:
+        for flag in ("model", "draft", "prompt", "prompt_ids", "prompts"):
+            if getattr(args, flag, None):
+                raise ConfigError(f"--shape synthesizes its own pair and prompt; --{flag.replace('_', '-')} is not used with it "
+                                  f"(drop it, or drop --shape to benchmark that model)")
+        from .scale import cmd_scale_bench
+
+        return cmd_scale_bench(args)
+    if args.format or args.acceptance != "0.8" or args.cache:
+        raise ConfigError("--format, --acceptance and --cache belong to the scale benchmark: add --shape NAME")
     loaded = models.load(args, need_draft=True)
     one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
     k = models.check_k(args.k, loaded.draft, loaded.default_k)

@@ -66,6 +66,12 @@ def progress_enabled(args) -> bool:
     return not getattr(args, "json", False) and sys.stderr.isatty()
 
 
+def note(args, text: str) -> None:
+    """A line about what is happening, on stderr (never with --json or --quiet: stdout stays the result)."""
+    if not getattr(args, "json", False) and not getattr(args, "quiet", False):
+        print(text, file=sys.stderr, flush=True)
+
+
 def fmt(v: Any, digits: int = 2) -> str:
     if v is None:
         return "-"

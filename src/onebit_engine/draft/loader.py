@@ -14,10 +14,13 @@ from typing import Any
 import numpy as np
 
 from ..checkpoint.fields import first_few
-from ..checkpoint.safetensors import load_folder_tensors, read_config
+from ..checkpoint.lazy import TensorRef
+from ..checkpoint.safetensors import read_config
 from ..errors import ConfigError, WeightError
 from ..gemm import Linear, get_backend
+from ..hybrid.model import folder_weights
 from ..hybrid.weights import value_problems
+from ..quant.table import RowTable
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
 from .model import Draft, DraftLayer
@@ -41,7 +44,7 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
     folder = Path(path)
     config = DraftConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
     check_fits_target(config, target.config)
-    tensors = canonical_names(load_folder_tensors(folder))
+    tensors = canonical_names(folder_weights(folder))
     check_tensors(tensors, expected_shapes(config, target.config.vocab_size))
     be = get_backend(backend)
 
@@ -52,7 +55,8 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
         return Linear.fused([tensors[prefix + n + ".weight"] for n in names], be, row_set, prefix + "+".join(names))
 
     def vec(name: str) -> np.ndarray:
-        return np.ascontiguousarray(tensors[name], dtype=np.float32)
+        t = tensors[name]
+        return np.ascontiguousarray(t.load() if isinstance(t, TensorRef) else t, dtype=np.float32)
 
     def conv(prefix: str) -> GroupedDynamicConv | None:
         if config.version == 1:
@@ -91,7 +95,7 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
         hidden_norm=vec("hidden_norm.weight"),
         norm=vec("norm.weight"),
         layers=layers,
-        embed_tokens=np.asarray(target.embed_tokens, dtype=np.float32),
+        embed_tokens=target.embed_tokens if isinstance(target.embed_tokens, RowTable) else RowTable(target.embed_tokens),
         lm_head=target.lm_head,
         num_target_layers=int(target.config.num_hidden_layers),
         selector=selector,
@@ -185,7 +189,7 @@ def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, .
         lines.append(first_few([f"unknown tensor {n} (shape {tuple(tensors[n].shape)})" for n in unknown]))
     if wrong:
         lines.append(first_few(wrong))
-    lines += value_problems({n: tensors[n] for n in shaped})
+    lines += value_problems({n: tensors[n] for n in shaped if getattr(tensors[n], "fmt", None) is None})
     if lines:
         raise WeightError(
             f"the draft checkpoint does not match its config.json ({len(missing)} missing, {len(unknown)} unknown, "

@@ -13,6 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..quant.rows import Stacked, as_rows, load
+
 
 @runtime_checkable
 class GemmBackend(Protocol):
@@ -29,6 +31,9 @@ class GemmBackend(Protocol):
     # Optional (default False): a row's result does not depend on how many rows the call has either (an
     # exact integer product), so callers may skip the zero padding of a short row set.
     # row_invariant: bool
+    # Optional (default False): ``pack`` takes a row source (``quant.rows``) and reads it a block at a
+    # time, so a model loads without a float copy of any whole weight.
+    # streams_rows: bool
 
     def pack(self, weight: np.ndarray, *, name: str = "") -> Any:
         """Pack ``weight`` float32 ``[N, K]`` into the backend's resident form."""
@@ -60,26 +65,21 @@ class Linear:
         self.row_invariant = bool(getattr(self.backend, "row_invariant", False))
 
     @classmethod
-    def fused(cls, weights: "list[np.ndarray]", backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
-        """One projection for several weights that read the same input (rows stacked in order);
-        split its output with ``np.split(y, offsets, axis=1)``. Fewer, larger calls per token."""
-        if all(isinstance(w, np.ndarray) for w in weights):
-            return cls.from_weight(np.concatenate(weights, axis=0), backend, row_set, name)
-        from ..quant import (
-            concat_rows,  # a pre-quantized checkpoint: fuse the packed rows
-        )
-
-        return cls.from_weight(concat_rows(list(weights)), backend, row_set, name)
+    def fused(cls, weights: list, backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
+        """One projection for several weights that read the same input (rows stacked in order, never
+        copied into one array first); split its output at the parts' widths. Fewer, larger calls per token."""
+        return cls.from_weight(Stacked(tuple(as_rows(w) for w in weights)), backend, row_set, name)
 
     @classmethod
-    def from_weight(cls, weight: np.ndarray, backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
-        if not isinstance(weight, np.ndarray) and hasattr(weight, "fmt"):  # a QuantWeight: the backend packs it as is
-            n, k = weight.shape
-            return cls(backend.pack(weight, name=name), backend, row_set, k, n, name)
-        w = np.ascontiguousarray(weight, dtype=np.float32)
-        if w.ndim != 2:
-            raise ValueError(f"weight {name!r} must be 2-D [N, K], got shape {w.shape}")
-        return cls(backend.pack(w, name=name), backend, row_set, w.shape[1], w.shape[0], name)
+    def from_weight(cls, weight: Any, backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
+        """``weight``: a float array ``[N, K]``, a QuantWeight or a row source (``quant.rows``). A backend
+        that sets ``streams_rows`` packs a row source block by block; any other gets the whole weight."""
+        if isinstance(weight, np.ndarray) and weight.ndim != 2:
+            raise ValueError(f"weight {name!r} must be 2-D [N, K], got shape {weight.shape}")
+        src = as_rows(weight)
+        n, k = src.shape
+        packed = backend.pack(src if getattr(backend, "streams_rows", False) else load(src), name=name)
+        return cls(packed, backend, row_set, k, n, name)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         m = x.shape[0]

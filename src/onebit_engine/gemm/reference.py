@@ -12,14 +12,20 @@ from typing import Any
 
 import numpy as np
 
+from ..quant.rows import as_rows, load
+
 BLAS_ROWS = 8
 
 
 class ReferenceBackend:
     name = "reference"
     exact = True
+    streams_rows = True  # pack reads a row source a block at a time
 
     def pack(self, weight: Any, *, name: str = "") -> np.ndarray:
+        """float32 ``[K, N]``: the reference holds 4 bytes per parameter, by design (docs/architecture.md)."""
+        if not isinstance(weight, np.ndarray) and not hasattr(weight, "dequantize"):
+            weight = load(as_rows(weight))  # a row source: read whole (float32, or its QuantWeight)
         if not isinstance(weight, np.ndarray) and hasattr(weight, "dequantize"):
             weight = weight.dequantize()  # a pre-quantized checkpoint runs as its float dequantization
         # Stored transposed and contiguous [K, N] so every call is the same sgemm layout.

@@ -17,12 +17,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..checkpoint.safetensors import QUANT_FILE, load_folder_tensors, read_config
+from ..checkpoint.safetensors import QUANT_FILE, folder_refs, read_config
 from ..errors import ConfigError, ContextLimitError, StateError
 from ..gemm import Linear, get_backend
 from ..gemm.base import GemmBackend
 from ..ops.gated_delta_fast import gdn_mixer_rows
 from ..ops.norm import rms_norm_zc
+from ..quant.io import open_quantized
+from ..quant.table import RowTable
 from .commit import COMMIT_PATHS, commit_verify
 from .config import TargetConfig
 from .layers import DecoderLayer, Recorder, compiled_norm
@@ -56,7 +58,7 @@ class Target:
         self.row_invariant = bool(getattr(self.backend, "row_invariant", False))
         lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
         fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731
-        self.embed_tokens = np.ascontiguousarray(weights["model.embed_tokens.weight"], dtype=F32)  # [V, D]
+        self.embed_tokens = RowTable(weights["model.embed_tokens.weight"])  # [V, D], rows widened on lookup
         self.norm_weight = np.ascontiguousarray(weights["model.norm.weight"], dtype=F32)
         self._norm = compiled_norm if compiled else rms_norm_zc
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
@@ -167,6 +169,17 @@ def _recurrence(name: str) -> str:
     return "numpy" if name == "numpy" or gdn_mixer_rows is None else "numba"
 
 
+def folder_weights(folder: Path) -> dict:
+    """Every weight of a checkpoint folder, none read yet: checkpoint tensors as refs and, in a servable
+    quantized folder (``onebit quantize --out DIR``, ``onebit synth``), ``quantized.safetensors``'s weights
+    as lazily read quantized rows. The target packs each weight a block at a time from these, so loading
+    never holds a float copy of the model (docs/architecture.md, "Memory")."""
+    tensors = folder_refs(folder)
+    if (folder / QUANT_FILE).exists():
+        tensors.update(open_quantized(folder / QUANT_FILE))
+    return tensors
+
+
 def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8,
                 recurrence: str = "auto") -> Target:
     """Load a Hugging Face checkpoint folder (config.json + *.safetensors, single or sharded).
@@ -176,12 +189,7 @@ def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference
     are; ``reference`` runs their float dequantization)."""
     folder = Path(path)
     config = TargetConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
-    tensors = load_folder_tensors(folder)
-    if (folder / QUANT_FILE).exists():  # a servable quantized folder (`onebit quantize --out DIR`)
-        from ..quant import load_quantized
-
-        tensors.update(load_quantized(folder / QUANT_FILE))
-    weights = check_and_map(tensors, config, str(folder))
+    weights = check_and_map(folder_weights(folder), config, str(folder))
     return Target(config, weights, backend=backend, row_set=row_set, recurrence=recurrence)
 
 

@@ -10,9 +10,12 @@ default; with ``save_original_format=False`` (its in-memory form) the experts ar
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
+from ..checkpoint.lazy import TensorRef
+from ..quant.rows import FloatRows, Picked
 from .config import TargetConfig
 
 _EXPERT = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.")
@@ -67,7 +70,7 @@ def unfuse_experts(tensors: dict, cfg: TargetConfig) -> list[str]:
             rows = arr.shape[1] // len(split)
             for e in range(E):
                 for j, part in enumerate(split):
-                    tensors[f"{p}experts.{e}.{part}.weight"] = arr[e, j * rows : (j + 1) * rows]
+                    tensors[f"{p}experts.{e}.{part}.weight"] = _expert_rows(arr, e, j * rows, (j + 1) * rows)
     ids: dict[int, set[int]] = {i: set() for i in range(cfg.num_hidden_layers) if cfg.is_sparse(i)}
     for name in tensors:
         hit = _EXPERT.match(name)
@@ -81,6 +84,16 @@ def unfuse_experts(tensors: dict, cfg: TargetConfig) -> list[str]:
             problems.append(f"inconsistent expert count in layer {i}: the file has expert id(s) {_ids(extra)} "
                             f"beyond num_experts={E}")
     return problems
+
+
+def _expert_rows(arr, e: int, lo: int, hi: int):
+    """Rows [lo, hi) of expert e of a fused [E, R, D] tensor: a view of an array, or of a checkpoint
+    tensor read lazily (its rows e * R + lo .. e * R + hi of the [E * R, D] view)."""
+    if isinstance(arr, TensorRef):
+        E, R, D = arr.shape
+        flat = FloatRows(replace(arr, shape=(E * R, D)))
+        return Picked(flat, np.arange(e * R + lo, e * R + hi, dtype=np.int64))
+    return arr[e, lo:hi]
 
 
 def split_fused_experts(tensors: dict) -> dict:

@@ -90,7 +90,7 @@ _ARCHS = {"qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeF
 
 def hf_config_dict(cfg: TargetConfig) -> dict:
     """A ``qwen3_5_text`` config.json for ``cfg`` (``qwen3_5_moe_text`` / ``qwen3_next`` for a MoE one)."""
-    mt = _moe_type(cfg.moe, cfg.num_hidden_layers)
+    mt = cfg.model_type if cfg.model_type in _ARCHS else _moe_type(cfg.moe, cfg.num_hidden_layers)
     moe = cfg.moe.to_dict() if cfg.moe is not None else {}
     return {**moe,
         "architectures": [_ARCHS[mt]], "model_type": mt,

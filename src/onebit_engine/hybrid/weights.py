@@ -9,8 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..checkpoint.fields import first_few
+from ..checkpoint.lazy import TensorRef
 from ..checkpoint.safetensors import FLOAT_DTYPES, file_dtype
 from ..errors import WeightError
+from ..quant.formats import QuantWeight
+from ..quant.rows import FloatRows, Picked, RowSource, as_rows, blocks
 from .config import TargetConfig
 from .moe_weights import moe_shapes, unfuse_experts
 
@@ -73,9 +76,13 @@ def normalize_names(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) -> dict[str, np.ndarray]:
-    """Validate every tensor at once (names, shapes, float dtypes, finite values), then return float32
-    engine-form weights."""
+def check_and_map(raw: dict, cfg: TargetConfig, source: str) -> dict:
+    """Validate every tensor at once (names, shapes, float dtypes, finite values), then return the
+    engine-form weights: vectors and other small tensors as float32 arrays, 2-D weights as given (arrays
+    as float32; checkpoint tensors and quantized weights as row sources, read block by block when packed).
+
+    ``raw`` maps checkpoint names to arrays, QuantWeights, :class:`~..checkpoint.lazy.TensorRef` or
+    row sources (a lazily read quantized file)."""
     tensors = normalize_names(raw)
     want = file_shapes(cfg)
     if cfg.tie_word_embeddings:
@@ -100,24 +107,63 @@ def check_and_map(raw: dict[str, np.ndarray], cfg: TargetConfig, source: str) ->
             f"hidden {cfg.hidden_size}): " + "; ".join(problems)
             + "; fix the config.json or re-export the weights (float dtypes, finite values); nothing was loaded"
         )
-    w = {k: v if _is_quant(v) else np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+    w = {k: _engine_form(v) for k, v in tensors.items()}
     if cfg.layout == "grouped":
         _regroup(w, cfg)
     return w
 
 
-def value_problems(tensors: dict[str, np.ndarray]) -> list[str]:
+def _engine_form(v):
+    """Arrays as float32; a 2-D checkpoint tensor as a row source; small tensors read now, as float32."""
+    if _is_quant(v) or isinstance(v, RowSource):
+        return v
+    if isinstance(v, TensorRef):
+        return FloatRows(v) if v.ndim == 2 else np.ascontiguousarray(v.load(), dtype=np.float32)
+    return np.ascontiguousarray(v, dtype=np.float32)
+
+
+def value_problems(tensors: dict) -> list[str]:
     """Float weights stored as integers or bools, and weights holding NaN / inf (checked as the float32
-    the engine runs, so a float64 value past float32's range counts): one summary line per kind."""
-    ints = [f"{n} ({file_dtype(a)})" for n, a in tensors.items() if a.dtype.kind not in "f"]
-    bad = [n for n, a in tensors.items() if a.dtype.kind == "f" and not _finite(a)]
+    the engine runs, so a float64 value past float32's range counts): one summary line per kind.
+    Values are arrays, checkpoint tensors (scanned a block at a time) or float row sources."""
+    ints = [f"{n} ({_dtype_name(a)})" for n, a in tensors.items() if not _float_dtype(a)]
+    bad = [(n, c) for n, a in tensors.items() if _float_dtype(a) and (c := _nonfinite_counts(a)) != (0, 0)]
     out = []
     if ints:
         out.append(f"{len(ints)} float weight(s) stored as integer or bool: {first_few(ints)} "
                    f"(allowed: {', '.join(FLOAT_DTYPES)})")
     if bad:
-        out.append(f"{len(bad)} tensor(s) hold NaN or inf: {first_few([_nonfinite(n, tensors[n]) for n in bad])}")
+        out.append(f"{len(bad)} tensor(s) hold NaN or inf: {first_few([_nonfinite(n, tensors[n], c) for n, c in bad])}")
     return out
+
+
+def _dtype_name(a) -> str:
+    return a.dtype if isinstance(a, TensorRef) else file_dtype(a)
+
+
+def _float_dtype(a) -> bool:
+    if isinstance(a, TensorRef):
+        return a.dtype in FLOAT_DTYPES
+    if isinstance(a, RowSource):
+        return True
+    return a.dtype.kind in "f"
+
+
+def _nonfinite_counts(a) -> tuple[int, int]:
+    """(NaN, inf) counted as float32; 0, 0 found cheaply where possible (a bit test on the exponent)."""
+    if isinstance(a, TensorRef):
+        return a.count_nonfinite()
+    if isinstance(a, RowSource):
+        nan = inf = 0
+        for lo, hi in blocks(a):
+            b = a.block(lo, hi)
+            nan, inf = nan + int(np.isnan(b).sum()), inf + int(np.isinf(b).sum())
+        return nan, inf
+    if _finite(a):
+        return 0, 0
+    with np.errstate(over="ignore"):
+        a32 = np.asarray(a, dtype=np.float32) if a.dtype == np.float64 else a
+    return int(np.isnan(a32).sum()), int(np.isinf(a32).sum())
 
 
 # NaN and inf are the values whose exponent bits are all ones: a bit test is ~10x cheaper than
@@ -133,27 +179,27 @@ def _finite(a: np.ndarray) -> bool:
         return bool(np.isfinite(a.astype(np.float32)).all())
 
 
-def _nonfinite(name: str, a: np.ndarray) -> str:
-    with np.errstate(over="ignore"):
-        a32 = np.asarray(a, dtype=np.float32) if a.dtype == np.float64 else a
-    nan, inf = int(np.isnan(a32).sum()), int(np.isinf(a32).sum())
-    return f"{name} ({nan} NaN, {inf} inf{' in float32' if a.dtype == np.float64 else ''})"
+def _nonfinite(name: str, a, counts: tuple[int, int]) -> str:
+    f64 = (a.dtype == "F64") if isinstance(a, TensorRef) else getattr(a, "dtype", None) == np.float64
+    return f"{name} ({counts[0]} NaN, {counts[1]} inf{' in float32' if f64 else ''})"
 
 
 def _is_quant(v) -> bool:
-    return not isinstance(v, np.ndarray) and hasattr(v, "fmt")
+    return isinstance(v, QuantWeight) or (isinstance(v, RowSource) and v.fmt is not None)
 
 
 def _rows(w, idx: np.ndarray):
-    """Output channels ``idx`` of a float or quantized weight."""
-    if _is_quant(w):
+    """Output channels ``idx`` of a float or quantized weight (a row source stays lazy)."""
+    if isinstance(w, QuantWeight):
         from ..quant import take_rows
 
         return take_rows(w, idx)
-    return np.ascontiguousarray(w[idx])
+    if isinstance(w, np.ndarray):
+        return np.ascontiguousarray(w[idx])
+    return Picked(as_rows(w), np.asarray(idx, np.int64))
 
 
-def _regroup(w: dict[str, np.ndarray], cfg: TargetConfig) -> None:
+def _regroup(w: dict, cfg: TargetConfig) -> None:
     """Qwen3-Next: per key head g the rows are [q_g | k_g | v_g (r heads) | z_g (r heads)], [b_g | a_g]."""
     HK, dk, dv = cfg.linear_num_key_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
     r = cfg.linear_num_value_heads // HK

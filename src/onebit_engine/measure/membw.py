@@ -17,10 +17,12 @@ import numpy as np
 class ReadStream:
     """``seconds()`` times one read of ``nbytes``; ``parts_max()`` is the value it reduces to."""
 
-    def __init__(self, nbytes: int = 128 * 2**20, threads: int = 1):
+    def __init__(self, nbytes: int = 128 * 2**20, threads: int = 1, buf: "np.ndarray | None" = None):
+        """``buf``: a uint8 buffer to read (shared by streams of other thread counts), else a new one."""
+        nbytes = nbytes if buf is None else buf.nbytes
         if threads < 1 or nbytes < threads:
             raise ValueError(f"threads = {threads} and nbytes = {nbytes}: need 1 <= threads <= nbytes")
-        self.buf = np.ones(nbytes, np.uint8)  # written once, so every page is backed
+        self.buf = np.ones(nbytes, np.uint8) if buf is None else buf  # written once, so every page is backed
         self.threads = threads
         edges = [nbytes * i // threads for i in range(threads + 1)]
         self.parts = [self.buf[a:b] for a, b in zip(edges, edges[1:])]

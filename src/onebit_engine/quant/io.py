@@ -62,6 +62,40 @@ def load_quantized(path: "str | Path") -> dict[str, QuantWeight]:
     return out
 
 
+def open_quantized(path: "str | Path") -> dict:
+    """The weights of a file written by :func:`save_quantized` (or ``onebit synth``), read lazily: a
+    :class:`~.rows.QuantRows` per weight whose codes stay on disk until packed block by block (the
+    scales, 4 bytes a row, are read now). Checked as :func:`load_quantized` checks, the codes read a
+    block at a time for that."""
+    from ..checkpoint.safetensors import file_refs, read_header
+    from .rows import QuantRows
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"quantized weight file {str(path)!r} does not exist; save one with save_quantized()")
+    entries, _, meta = read_header(path)
+    header = quant_header(path, meta)
+    refs = file_refs(path)
+    out, problems = {}, []
+    for name, e in header["weights"].items():
+        detail = _weight_problems(name, e, entries, None)
+        if detail:
+            problems.append(f"weight {name!r} is inconsistent: {detail}")
+        else:
+            q = QuantRows(e["format"], tuple(e["shape"]), refs[f"{name}.qdata"], np.ascontiguousarray(refs[f"{name}.scale"].load()))
+            bad = q.problems()  # the codes, a block at a time
+            if bad:
+                problems.append(f"weight {name!r} is inconsistent: {'; '.join(bad)}")
+            out[name] = q
+    used = {f"{n}.{part}" for n in header["weights"] for part in ("qdata", "scale")}
+    extra = sorted(set(entries) - used)
+    if extra:
+        problems.append(f"{len(extra)} tensor(s) no weight of the header names: {first_few(extra)}")
+    if problems:
+        raise CheckpointError(f"{str(path)!r}: {first_few(problems)}; re-quantize the weights (onebit quantize)")
+    return out
+
+
 def quant_header(path: Path, meta: dict) -> dict:
     """The parsed ``onebit.quant`` header of a file's safetensors metadata: a supported version and a
     ``weights`` object whose entries each give a known ``format`` and a ``shape`` [N, K]."""
@@ -98,7 +132,7 @@ def _entry_problem(e: object) -> str:
     return ""
 
 
-def _weight_problems(name: str, e: dict, entries: dict, tensors: dict) -> str:
+def _weight_problems(name: str, e: dict, entries: dict, tensors: "dict | None") -> str:
     """Why weight ``name`` (a checked header entry) cannot be used with the file's tensors ('' when it can)."""
     fmt, (n, k) = e["format"], e["shape"]
     want = {f"{name}.qdata": ("U8", (n, -(-k // CODES_PER_BYTE[fmt]))), f"{name}.scale": ("F32", (n,))}
@@ -109,4 +143,6 @@ def _weight_problems(name: str, e: dict, entries: dict, tensors: dict) -> str:
             return f"tensor {t!r} is {entries[t]['dtype']}, must be {dtype}"
         if tuple(entries[t]["shape"]) != tshape:
             return f"tensor {t!r} has shape {tuple(entries[t]['shape'])}, a {fmt} [{n}, {k}] weight needs {tshape}"
+    if tensors is None:  # read lazily: the codes are checked block by block when loaded
+        return ""
     return "; ".join(load_problems(fmt, tensors[f"{name}.qdata"], tensors[f"{name}.scale"], k))

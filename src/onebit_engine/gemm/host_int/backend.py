@@ -23,7 +23,8 @@ import numpy as np
 
 from ...errors import BackendUnavailable
 from ...quant.activations import dequantize_acc, quantize_rows
-from ...quant.formats import FORMATS, QuantWeight, quantize_weight
+from ...quant.formats import FORMATS, QuantWeight
+from ...quant.rows import as_rows, load, quantize_source
 from . import int_kernels, native
 from .layout import TiledWeight
 from ..registry import register
@@ -37,7 +38,7 @@ _F32 = np.dtype(np.float32)
 DISPATCH = ("avx512vnni", "avx2")  # native paths, fastest first; then numba, numpy
 KERNELS = DISPATCH + ("numba", "numpy", "avx512vnni-emulated")
 _SOURCES = ("int_kernels.py", "backend.py", "native.py", "layout.py", "kernel.c", "avx2.c",
-            "vnni.c", "tiles.h", "quant.h", "pool.h", "avx512_emul.h")
+            "vnni.c", "repack.c", "tiles.h", "quant.h", "pool.h", "avx512_emul.h")
 
 
 def kernel_hash(kernel: str = "") -> str:
@@ -64,6 +65,7 @@ def _pick(candidates: tuple[str, ...]) -> tuple["str | None", dict[str, str]]:
 class HostIntBackend:
     name = "host-int"
     exact = True
+    streams_rows = True  # pack reads a row source a block at a time
     row_invariant = True  # an exact integer product per row: its bits cannot depend on the other rows
 
     def __init__(self, *, weight_format: str = "int8", threads: int = 1, kernel: str | None = None):
@@ -94,19 +96,22 @@ class HostIntBackend:
 
     def pack(self, weight: Any, *, name: str = "") -> "QuantWeight | TiledWeight":
         """The resident form: a TiledWeight for a native path (it replaces the file format's codes),
-        else the QuantWeight."""
+        else the QuantWeight. ``weight``: a float array, a QuantWeight, a TiledWeight or a row source
+        (``quant.rows``: read, quantized and tiled a block at a time, never whole)."""
         if isinstance(weight, TiledWeight):
             if self._native is not None and weight.path == self.kernel:
                 return weight
             weight = weight.to_quant()
-        if isinstance(weight, QuantWeight):
-            qw = weight
-        else:
-            qw = quantize_weight(np.asarray(weight, dtype=np.float32), self.weight_format)
-        int_kernels.check_k(qw.shape[1])
-        if qw.fmt == "ternary" and np.any(qw.data & (qw.data >> 1) & 0x55):
-            raise ValueError("ternary data holds the unused 2-bit code 3; the weight is corrupt - re-quantize it")
-        return TiledWeight.from_quant(qw, self.kernel) if self._native is not None else qw
+        src = as_rows(weight)
+        int_kernels.check_k(src.shape[1])
+        if (src.fmt or self.weight_format) == "ternary":
+            src = _TernaryChecked(src)
+        if self._native is not None:
+            return TiledWeight.from_rows(src, self.kernel, self.weight_format, self._native.tile_block)
+        if isinstance(weight, QuantWeight):  # the numpy / numba kernels run the file format as it is
+            load(src)  # the checks above, on every block
+            return weight
+        return quantize_source(src, self.weight_format)
 
     def matmul(self, x: np.ndarray, packed: "QuantWeight | TiledWeight") -> np.ndarray:
         shape = x.shape
@@ -155,6 +160,19 @@ class HostIntBackend:
         if self._native is not None:
             d["cpu"] = self._native.cpu_regs()
         return d
+
+
+class _TernaryChecked:
+    """A ternary source whose blocks are refused when they hold the unused 2-bit code 3 (a corrupt weight)."""
+
+    def __init__(self, src):
+        self.src, self.shape, self.fmt = src, src.shape, src.fmt
+
+    def block(self, lo: int, hi: int):
+        b = self.src.block(lo, hi)
+        if isinstance(b, QuantWeight) and np.any(b.data & (b.data >> 1) & 0x55):
+            raise ValueError("ternary data holds the unused 2-bit code 3; the weight is corrupt - re-quantize it")
+        return b
 
 
 register("host-int", lambda **options: HostIntBackend(**options))

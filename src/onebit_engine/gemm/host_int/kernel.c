@@ -121,7 +121,7 @@ int onebit_hi_path_ok(int path) {
     return 0;
 }
 
-int onebit_hi_abi_version(void) { return 2; }
+int onebit_hi_abi_version(void) { return 3; }
 
 /* ---- the tiled product ---------------------------------------------------------------------------- */
 /* 8 channels at a time (a scalar loop was ~8% of the instructions of an 8-row call at K = 768); a partial

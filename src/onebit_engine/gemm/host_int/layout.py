@@ -31,6 +31,7 @@ from functools import cached_property
 import numpy as np
 
 from ...quant.formats import CODES_PER_BYTE, FORMATS, QuantWeight, pack_codes
+from ...quant.rows import QuantRows, RowSource, quantized_blocks
 
 TILE_WIDTH = {"avx2": 8, "avx512vnni": 16, "avx512vnni-emulated": 16}
 PATH_IDS = {"avx2": 0, "avx512vnni": 1, "avx512vnni-emulated": 1}  # the emulation runs the VNNI layout
@@ -122,10 +123,35 @@ class TiledWeight:
 
     @classmethod
     def from_quant(cls, qw: QuantWeight, path: str) -> "TiledWeight":
-        codes, t = qw.codes(), TILE_WIDTH[path]
-        ccorr = negative_sums(codes, t) if (path == "avx2" and qw.fmt == "int8") else None
-        tiles = tile_codes(codes, qw.fmt, t, sign_magnitude(path, qw.fmt))
-        return cls(qw.fmt, qw.shape, np.ascontiguousarray(qw.scale), tiles, path, ccorr)
+        return cls.from_rows(QuantRows.of(qw), path, qw.fmt)
+
+    @classmethod
+    def from_rows(cls, src: RowSource, path: str, fmt: str, repack=None) -> "TiledWeight":
+        """Tile a weight block by block (whole tiles per block): a float source is quantized to ``fmt``
+        as it is read, a quantized one keeps its own format. Every tile depends on its own channels only,
+        so the result is that of tiling the whole weight at once; no more than one block's codes (about
+        ``BLOCK_BYTES`` of float32 rows) exist beside the tiles. ``repack``: the native re-tiler
+        (``NativeKernel.tile_block``, bitwise the numpy ``tile_codes`` used when it is None)."""
+        n, k = src.shape
+        fmt, t = src.fmt or fmt, TILE_WIDTH[path]
+        signmag = sign_magnitude(path, fmt)
+        tiles = np.empty((-(-n // t), steps(fmt, k), t, 4), np.uint8)
+        scale = np.empty(n, np.float32)
+        ccorr = np.zeros(tiles.shape[0] * t, np.int32) if (path == "avx2" and fmt == "int8") else None
+        for lo, qw in quantized_blocks(src, fmt):
+            if qw.fmt != fmt:
+                raise ValueError(f"a fused weight mixes formats {fmt} and {qw.fmt}; quantize every projection alike")
+            hi = lo + qw.shape[0]
+            out = tiles[lo // t : -(-hi // t)]
+            if repack is not None:
+                repack(qw.data, k, fmt, path, out, None if ccorr is None else ccorr[lo:hi])
+            else:
+                codes = qw.codes()
+                out[:] = tile_codes(codes, fmt, t, signmag)
+                if ccorr is not None:
+                    ccorr[lo : lo + -(-(hi - lo) // t) * t] = negative_sums(codes, t)
+            scale[lo:hi] = qw.scale
+        return cls(fmt, (n, k), scale, tiles, path, ccorr)
 
     @cached_property
     def c_struct(self) -> tuple[_WeightStruct, int]:

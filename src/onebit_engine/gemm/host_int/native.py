@@ -28,14 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import BackendUnavailable
-from .layout import PATH_IDS, TiledWeight
+from .layout import FORMAT_IDS, PATH_IDS, TiledWeight
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c"))
+SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c"))
 HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
-ABI_VERSION = 2
+ABI_VERSION = 3
 _F32 = np.dtype(np.float32)
 _LOADED: "dict[str, NativeKernel]" = {}
 _ERROR: "dict[str, str]" = {}
@@ -143,6 +143,9 @@ class NativeKernel:
         self._gemm_int = lib.onebit_hi_gemm_int
         self._gemm_int.argtypes = [p, p, i64, p, c_int, i64]
         self._gemm_int.restype = c_int
+        self._tile_block = lib.onebit_hi_tile_block
+        self._tile_block.argtypes = [p, i64, i64, i64, c_int, c_int, i64, p, p]
+        self._tile_block.restype = c_int
         lib.onebit_hi_plan.argtypes = [p, i64, c_int, p]
         lib.onebit_hi_plan.restype = c_int
         self.data_off = _array_data_offset()
@@ -180,6 +183,18 @@ class NativeKernel:
         if self.lib.onebit_hi_plan(tw.c_struct[1], m, threads, out):
             raise ValueError(f"bad plan arguments: m={m}, threads={threads}")
         return {"threads": out[0], "jobs": out[1], "first_job_tiles": out[2], "last_job_tiles": out[3]}
+
+    def tile_block(self, data: np.ndarray, k: int, fmt: str, path: str, tiles: np.ndarray, ccorr: "np.ndarray | None") -> None:
+        """File-format codes ``data`` uint8 [rows, ceil(k / codes per byte)] -> ``tiles`` (the block's
+        [ceil(rows / T), S, T, 4] slice of a TiledWeight) and, for avx2 int8, ``ccorr`` [rows]
+        (``repack.c``; its numpy twin is ``layout.tile_codes``)."""
+        data = np.ascontiguousarray(data, np.uint8)
+        if not (tiles.flags.c_contiguous and tiles.dtype == np.uint8) or (ccorr is not None and not ccorr.flags.c_contiguous):
+            raise ValueError("tile_block writes into C-contiguous uint8 tiles and int32 ccorr")
+        rc = self._tile_block(data.ctypes.data, data.shape[0], data.shape[1] if data.ndim == 2 else 0, k, FORMAT_IDS[fmt],
+                              PATH_IDS[path], tiles.shape[1], tiles.ctypes.data, None if ccorr is None else ccorr.ctypes.data)
+        if rc:
+            raise RuntimeError(f"native tile_block failed with code {rc} ({fmt}, {path}, data {data.shape}, tiles {tiles.shape})")
 
     def gemm_int(self, xq: np.ndarray, tw: TiledWeight, threads: int, kb: int = 0) -> np.ndarray:
         """Exact int32 ``xq [m, k] @ codes.T`` for int8 C-contiguous codes, 1 <= m <= 16."""

@@ -39,7 +39,8 @@ import numpy as np
 
 from ...errors import BackendUnavailable, OnebitError
 from ...quant.activations import dequantize_acc, quantize_rows
-from ...quant.formats import FORMATS, QuantWeight, quantize_weight
+from ...quant.formats import FORMATS, QuantWeight
+from ...quant.rows import as_rows, quantize_source
 from ..host_int import int_kernels
 from ..host_int.backend import NUMERICS, WEIGHT_CODES, kernel_hash
 from ..registry import register
@@ -227,6 +228,7 @@ class XrtBackend:
 
     name = "xrt"
     exact = True
+    streams_rows = True  # pack reads a row source a block at a time
 
     def __init__(self, xrt: Any = None, manifest: "KernelManifest | str | Path | None" = None, *, device_index: int = 0,
                  retries: int = 1, fallback: str | None = "host-int", weight_format: str = "int8",
@@ -273,7 +275,7 @@ class XrtBackend:
 
     # -- GemmBackend ---------------------------------------------------------------------------------
     def pack(self, weight: Any, *, name: str = "") -> XrtWeight:
-        qw = weight if isinstance(weight, QuantWeight) else quantize_weight(np.asarray(weight, dtype=np.float32), self.weight_format)
+        qw = weight if isinstance(weight, QuantWeight) else quantize_source(as_rows(weight), self.weight_format)
         int_kernels.check_k(qw.shape[1])
         w = XrtWeight(qw, plan_weight(qw.shape[0], qw.shape[1], self.man), None, name)
         if self._disabled_reason is None:

@@ -1,0 +1,84 @@
+"""Write a safetensors file one tensor at a time, without holding the others.
+
+``safetensors.numpy.save_file`` needs every tensor in memory at once; a 27B checkpoint does not fit.
+The format's header lists every tensor's dtype, shape and byte span up front, so when the shapes are
+known before the data (they always are: from the config, or from the input's headers) the header is
+written first and each tensor's bytes follow in the declared order::
+
+    with StreamWriter(path, [("a", "F32", (4, 8)), ("b", "U8", (4, 3))], metadata={...}) as w:
+        w.write("a", a)   # in the order declared; dtype and shape checked
+        w.write("b", b)   # may also come in blocks of rows: w.write("b", rows, partial=True)
+
+The file is the one ``safetensors`` writes: an 8-byte little-endian header length, the JSON header
+(padded with spaces to a multiple of 8 bytes), then the data with no gaps. Writing into a temporary
+path and renaming it is the caller's (``atomic.atomic_path`` / ``atomic_folder``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CheckpointError
+from .lazy import DTYPES
+
+
+class StreamWriter:
+    def __init__(self, path: "str | Path", entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict | None = None):
+        self.path = Path(path)
+        self.entries = [(n, d, tuple(int(x) for x in s)) for n, d, s in entries]
+        header: dict = {"__metadata__": dict(metadata)} if metadata else {}
+        at = 0
+        for name, dtype, shape in self.entries:
+            if dtype not in DTYPES:
+                raise CheckpointError(f"tensor {name!r}: dtype {dtype!r} is not a safetensors dtype ({sorted(DTYPES)})")
+            if name in header:
+                raise CheckpointError(f"tensor {name!r} is declared twice; a safetensors file names each tensor once")
+            n = math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize
+            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + n]}
+            at += n
+        raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        raw += b" " * (-len(raw) % 8)
+        self.data_bytes = at
+        self._next, self._left = 0, None  # the entry being written and its bytes still to come
+        self._f = open(self.path, "wb")
+        self._f.write(struct.pack("<Q", len(raw)) + raw)
+
+    def write(self, name: str, array: np.ndarray, *, partial: bool = False) -> None:
+        """The next declared tensor's data (or, with ``partial``, its next block of rows)."""
+        if self._next >= len(self.entries):
+            raise CheckpointError(f"tensor {name!r} written after the last declared tensor")
+        want, dtype, shape = self.entries[self._next]
+        if name != want:
+            raise CheckpointError(f"tensor {name!r} written where {want!r} comes next (write in the declared order)")
+        a = np.ascontiguousarray(array)
+        if a.dtype != np.dtype(DTYPES[dtype]) or (not partial and a.shape != shape) or (partial and a.shape[1:] != shape[1:]):
+            raise CheckpointError(f"tensor {name!r}: got {a.dtype} {a.shape}, declared {dtype} {shape}")
+        if self._left is None:
+            self._left = math.prod(shape) * a.itemsize
+        if a.nbytes > self._left:
+            raise CheckpointError(f"tensor {name!r}: {a.nbytes} more bytes than the {self._left} still declared")
+        self._f.write(memoryview(a.reshape(-1).view(np.uint8)))
+        self._left -= a.nbytes
+        if self._left == 0:
+            self._next, self._left = self._next + 1, None
+
+    def close(self) -> None:
+        if self._f.closed:
+            return
+        self._f.close()
+        if self._next != len(self.entries):
+            missing = [n for n, _, _ in self.entries[self._next:]]
+            raise CheckpointError(f"{self.path}: {len(missing)} declared tensor(s) never written (first {missing[0]!r})")
+
+    def __enter__(self) -> "StreamWriter":
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self._f.close()

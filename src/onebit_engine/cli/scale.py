@@ -1,0 +1,172 @@
+"""``onebit synth`` (a servable pair of a real model's shape) and ``onebit bench --shape`` (the scale
+benchmark: plain decoding against the loop with an oracle draft, at that size). See docs/cli.md."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..measure import resources
+from ..synth import get_shape
+from ..synth.folder import MARKER, marker, plan, synthesize
+from . import models, ui
+
+SCHEMA = "onebit.scale_bench/1"
+
+
+def _needs(shape, fmt: str, extra: int = 0) -> tuple[int, int]:
+    """(memory to serve the pair on host-int, bytes on disk)."""
+    p = plan(shape, fmt)
+    codebooks = sum(int(np.prod(s)) * 2 for n, s in shape.draft_tensors().items() if "codebook" in n)
+    return resources.serve_bytes(p.target_bytes, p.draft_bytes, codebooks, extra), p.disk_bytes
+
+
+def _check_memory(shape, fmt: str, what: str, extra: int = 0) -> None:
+    need, _ = _needs(shape, fmt, extra)
+    have = resources.available_memory()
+    if have is not None and need > have:
+        raise ConfigError(f"{what} {shape.name} in {fmt} needs about {resources.gib(need)} of memory (its weights on "
+                          f"host-int, the draft's codebooks and the working set), this machine has {resources.gib(have)} "
+                          f"available; use a smaller --format (ternary) or shape, or a machine with more memory")
+
+
+def _write(shape, fmt: str, out: Path, seed: int, args) -> None:
+    _, disk = _needs(shape, fmt)
+    free = resources.free_disk(out)
+    if disk * 1.02 + (64 << 20) > free:
+        raise ConfigError(f"{shape.name} in {fmt} takes {resources.gib(disk)} on disk, {out} has {resources.gib(free)} free; "
+                          f"free space or give --out (synth) / --cache (bench) on another file system")
+    ui.note(args, f"writing {shape.name} ({fmt}, {resources.gib(disk)}) to {out}")
+    with ui.Bar(disk, f"synth {shape.name}", ui.progress_enabled(args)) as bar:
+        synthesize(shape, fmt, out, seed=seed, tick=bar)
+
+
+def cmd_synth(args) -> int:
+    shape = get_shape(args.shape)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not an empty folder; give a new folder (synth writes target/ and draft/ in it)")
+    if args.format != "bf16" and not args.allow_unservable:
+        _check_memory(shape, args.format, "serving")
+    _write(shape, args.format, out, args.seed, args)
+    need, disk = _needs(shape, args.format)
+    info = {"command": "synth", **marker(shape, args.format, args.seed), "out": str(out), "target": str(out / "target"),
+            "draft": str(out / "draft"), "disk_bytes": disk, "serve_bytes": need if args.format != "bf16" else None}
+    if args.json:
+        ui.print_json(info)
+        return 0
+    print(f"wrote {shape.name} ({args.format}, seed {args.seed}): target {out / 'target'}, draft {out / 'draft'}; "
+          f"{resources.gib(disk)} on disk; serve it with --model {out / 'target'} --draft {out / 'draft'}")
+    return 0
+
+
+def cached_pair(shape, fmt: str, seed: int, cache: Path, args) -> tuple[Path, bool]:
+    """The synthesized folder for (shape, format, seed) under ``cache``, written when absent or stale."""
+    folder = cache / f"{shape.name}-{fmt}-s{seed}"
+    mark = folder / MARKER
+    want = marker(shape, fmt, seed)
+    if mark.is_file():
+        try:
+            if json.loads(mark.read_text()) == want:
+                return folder, True
+        except ValueError:
+            pass
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _write(shape, fmt, folder, seed, args)
+    return folder, False
+
+
+def cmd_scale_bench(args) -> int:
+    from ..draft import load_draft
+    from ..gemm import get_backend
+    from ..hybrid import load_target
+    from ..measure.oracle import profile
+    from ..measure.provenance import git_revision, machine
+    from ..measure.scale_bench import STREAM_BYTES, run_scale_bench, timestamp
+    from ..version import __version__
+
+    shape = get_shape(args.shape)
+    fmt = args.format or "int4"
+    block = shape.draft.block_size
+    k = args.k or block - 1
+    if not 1 <= k <= block - 1:
+        raise ConfigError(f"--k {k} is out of range for {shape.name}'s draft: it must be 1..{block - 1} (block {block} minus the anchor)")
+    prof = profile(args.acceptance, k, published_tau=shape.published_tau, block=block)
+    _check_memory(shape, fmt, "benchmarking", extra=STREAM_BYTES)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = [args.threads] if args.threads else sorted({1, min(2, usable)})
+    folder, reused = cached_pair(shape, fmt, args.seed, Path(args.cache) if args.cache else models.cache_dir() / "synth", args)
+    ui.note(args, f"{'reusing' if reused else 'wrote'} {folder}; loading {shape.name} ({fmt}) on host-int")
+    backend = get_backend("host-int", threads=max(threads))
+    target = load_target(folder / "target", backend=backend, row_set=16)
+    draft = load_draft(folder / "draft", target, backend=backend, row_set=16)
+    prompt = [int(t) for t in np.random.default_rng(args.seed).integers(0, shape.target.vocab_size, 16)]
+
+    def set_threads(t: int) -> None:
+        backend.threads = t
+
+    ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {args.repeats} repeats")
+    with ui.Bar(args.repeats * 3 * len(threads), "bench", ui.progress_enabled(args)) as bar:
+        res = run_scale_bench(target, draft, prompt, prof, k=k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                              threads=threads, set_threads=set_threads, seed=args.seed, progress=bar)
+    desc = backend.describe()
+    host = machine()
+    doc = {
+        "schema": SCHEMA, "command": "onebit " + " ".join(args.argv), "time": timestamp(),
+        "provenance": {"engine_version": __version__, "git_revision": git_revision(), "backend": desc["backend"],
+                       "kernel": desc.get("kernel"), "kernel_set": desc.get("kernel_set"), "kernel_hash": desc.get("hash"),
+                       "cpu_regs": desc.get("cpu"), "host": host, "cpu_vector_flags": _vector_flags(host)},
+        "config": {"shape": shape.name, "format": fmt, "seed": args.seed, "folder": str(folder), "folder_reused": reused,
+                   "target_params": shape.target_params, "active_params": shape.active_params(),
+                   "draft_params": shape.draft_params, "shape_source": shape.source, "draft_source": shape.draft_source,
+                   "acceptance": args.acceptance, "profile": prof.name, "profile_keep": list(prof.keep), "k": k,
+                   "block_size": block, "threads": threads, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                   "prompt": prompt},
+        "results": res,
+    }
+    if args.out:
+        from ..atomic import atomic_write_text
+
+        atomic_write_text(args.out, ui.dumps(doc))
+    if args.json:
+        ui.print_json(doc)
+        return 0
+    _print(doc)
+    return 0
+
+
+def _vector_flags(host: dict) -> list[str]:
+    flags = set((host.get("cpu_flags") or "").split())
+    return sorted(f for f in flags if f.startswith(("avx512", "avx2", "avx_vnni")))
+
+
+def _print(doc: dict) -> None:
+    c, r, f = doc["config"], doc["results"], ui.fmt
+    pb = r["plain_step_bytes"]
+    print(f"{c['shape']} {c['format']}: target {c['target_params'] / 1e9:.2f} B parameters ({c['active_params'] / 1e9:.2f} B "
+          f"read per token), draft {c['draft_params'] / 1e9:.2f} B; {'reused' if c['folder_reused'] else 'new'} folder {c['folder']}")
+    rows = [(f"plain, {t} thread{'s' * (t > 1)}", r["tokens_per_s"][f"plain_t{t}"], r["read_stream_gb_s"][t]) for t in c["threads"]]
+    rows += [(f"loop, {t} thread{'s' * (t > 1)}", r["tokens_per_s"][f"loop_t{t}"], None) for t in c["threads"]]
+    print(ui.table(["mode", "tok/s (median)", "read stream GB/s"], rows))
+    same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy: {r['mismatches'][:2]}"
+    print(f"\nloop / fastest plain: {f(r['speedup_vs_plain'], 2)}x  (draft: {c['profile']}, k={c['k']}); output {same}")
+    print(f"plain reads {pb['total'] / 1e9:.2f} GB a token: {f(r['plain_stream_gb_s'], 1)} GB/s, {f(r['plain_bound_share'], 2)} "
+          f"of the read-stream bound ({f(r['bound_tokens_per_s'], 2)} tok/s)")
+    ph = r["phase_ms"]
+    print(f"a round: draft {f(ph['draft'], 1)} + verify {f(ph['verify'], 1)} + commit {f(ph['commit'], 1)} ms; a plain step "
+          f"{f(ph['plain_step'], 1)} ms; verify(k+1) / step {f(r['verify_over_plain_step'])}, draft / step "
+          f"{f(r['draft_over_plain_step'])}; {f(r['tokens_per_round'])} tokens a round (profile: "
+          f"{f(r['expected_tokens_per_round'])})")
+    p = doc["provenance"]
+    print(f"peak RSS {resources.gib(r['peak_rss_bytes'])}; {p['host'].get('cpu')} [{' '.join(p['cpu_vector_flags'])}]; "
+          f"kernel {p['kernel']}, git {p['git_revision']}")
+    for key, why in r.get("null_reasons", {}).items():
+        print(f"not measured: {key} ({why})", file=sys.stdout)

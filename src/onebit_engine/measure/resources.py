@@ -1,0 +1,38 @@
+"""What this machine has for a big run: memory available now (``/proc/meminfo``) and free disk, and the
+memory a synthesized pair needs to be served, so a run that cannot fit is refused before it starts."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+GIB = 1 << 30
+WORKING_BYTES = 768 << 20  # the process itself (numpy, numba, the kernels), states and activations
+
+
+def available_memory() -> "int | None":
+    """Bytes the kernel says a new allocation can have (MemAvailable), or None where it does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def free_disk(folder: Path) -> int:
+    """Free bytes on the file system of ``folder`` (or of its nearest existing parent)."""
+    p = Path(folder).absolute()
+    while not p.exists():
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def serve_bytes(target_bytes: int, draft_bytes: int, codebook_bytes: int, extra: int = 0) -> int:
+    """Memory to serve a quantized pair on host-int: its packed weights (the files' bytes: the tiles hold the
+    same codes), the draft's codebooks widened to float32 (twice their float16 bytes) and the working set."""
+    return target_bytes + draft_bytes + codebook_bytes + WORKING_BYTES + extra
+
+
+def gib(n: "int | None") -> str:
+    return "unknown" if n is None else f"{n / GIB:.1f} GiB"

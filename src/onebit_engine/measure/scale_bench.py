@@ -1,0 +1,188 @@
+"""The scale benchmark: plain decoding against the loop with an oracle draft, at a real model's size.
+
+``run_scale_bench`` measures in one process, interleaved in a freshly shuffled order every repeat:
+
+* plain greedy decoding at each thread count asked (its fastest is the reference);
+* the loop at each thread count, its draft an :class:`~.oracle.OracleDraft` (the real draft's whole cost,
+  the target's own tokens at the declared acceptance profile), output checked against plain decoding;
+* a read stream at each thread count (``membw.ReadStream``): the machine's memory bandwidth now, the
+  bound of a decode step that must read every weight.
+
+Figures: ``speedup_vs_plain`` (the fastest loop over the fastest plain decoding), ``plain_bound_share``
+(plain tokens/s over the bound ``stream GB/s / bytes one plain step reads``), per-phase milliseconds,
+tokens per round, ``identical_to_plain``, ``peak_rss_bytes``. A figure that could not be measured is None
+with its reason, never NaN.
+"""
+from __future__ import annotations
+
+import random
+import resource
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from .membw import ReadStream
+from .oracle import OracleDraft, Profile
+
+STREAM_BYTES = 1 << 30  # well past any last-level cache
+
+
+def linears(obj, seen=None):
+    """Every ``gemm.Linear`` reachable from ``obj`` through attributes, lists, tuples and dicts."""
+    from ..gemm import Linear
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (np.ndarray, str, bytes, int, float)) or obj is None:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, Linear):
+        yield obj
+        return
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else getattr(obj, "__dict__", {}).values()
+    for v in items:
+        yield from linears(v, seen)
+
+
+def packed_bytes(lin) -> int:
+    return int(getattr(lin.packed, "nbytes", 0))
+
+
+def step_bytes(target) -> dict[str, int]:
+    """Bytes one plain step reads: every projection's packed weights (a sparse block: the router, the shared
+    expert and top-k of its experts, all experts being one size), the embedding row, and the delta-net
+    states and KV caches it reads (``state`` at an empty context: the recurrent and conv states)."""
+    weights = 0
+    for layer in target.layers:
+        mlp = getattr(layer, "mlp", None)
+        experts = getattr(mlp, "experts", None)
+        skip = set()
+        if experts:
+            per = [sum(packed_bytes(x) for x in linears(e)) for e in experts]
+            weights += int(np.mean(per) * mlp.moe.num_experts_per_tok)
+            skip = {id(x) for e in experts for x in linears(e)}
+        weights += sum(packed_bytes(x) for x in linears(layer) if id(x) not in skip)
+    weights += packed_bytes(target.lm_head)
+    state = sum(int(getattr(s, "recurrent", np.zeros(0)).nbytes + getattr(s, "conv", np.zeros(0)).nbytes)
+                for s in target.new_state().layers)
+    row = target.config.hidden_size * 4
+    return {"weights": weights, "state": state, "embedding_row": row, "total": weights + state + row}
+
+
+def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: int, max_new_tokens: int, repeats: int,
+                    threads: Sequence[int], set_threads: Callable[[int], None], seed: int = 0,
+                    progress: Callable[[int], None] | None = None, stream_bytes: int = STREAM_BYTES) -> dict[str, Any]:
+    """Measure (see the module docstring); returns the ``results`` part of the JSON document."""
+    from ..loop.generate import generate
+    from ..loop.speculative import speculative_generate
+
+    if repeats < 1 or not threads:
+        raise ConfigError(f"repeats={repeats} and threads={list(threads)}: need at least one repeat and one thread count")
+    if max_new_tokens < k + 2:
+        raise ConfigError(f"--max-new-tokens {max_new_tokens} leaves no room for a full round of k={k} drafts; give {k + 2} or more")
+    set_threads(max(threads))
+    truth = generate(target, prompt, max_new_tokens=max_new_tokens, stop_tokens=()).tokens  # warm-up and the oracle's truth
+    oracle = OracleDraft(draft, truth, len(prompt), prof, target.config.vocab_size, seed=seed)
+    loop = lambda: speculative_generate(target, oracle, prompt, max_new_tokens=max_new_tokens, k=k, stop_tokens=())  # noqa: E731
+    loop()  # warm-up: the draft's compiled ops, first-touch memory
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # load + decode, before the stream's buffer
+    buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
+    streams = {t: ReadStream(threads=t, buf=buf) for t in threads}
+    variants = [(kind, t) for t in threads for kind in ("plain", "loop", "stream")]
+    rates: dict = {v: [] for v in variants}
+    rounds: dict[int, list] = {t: [] for t in threads}
+    mismatches: list[dict] = []
+    order_rng = random.Random(seed)
+    for rep in range(repeats):
+        order_rng.shuffle(variants)
+        for kind, t in variants:
+            set_threads(t)
+            if kind == "stream":
+                s = streams[t]
+                s.seconds()  # one untimed pass: the pool's threads awake, the buffer's pages hot in the TLB
+                rates[(kind, t)].append(s.nbytes / s.seconds() / 1e9)
+            elif kind == "plain":
+                res = generate(target, prompt, max_new_tokens=max_new_tokens, stop_tokens=())
+                rates[(kind, t)].append(res.tokens_per_s)
+                if res.tokens != truth:
+                    mismatches.append({"variant": f"plain, {t} threads", "repeat": rep})
+            else:
+                res = loop()
+                rates[(kind, t)].append(res.tokens_per_s)
+                rounds[t].extend(res.rounds)
+                if res.tokens != truth:
+                    first = next((i for i, (a, b) in enumerate(zip(res.tokens, truth)) if a != b), min(len(res.tokens), len(truth)))
+                    mismatches.append({"variant": f"loop, {t} threads", "repeat": rep, "first_difference": first})
+            if progress:
+                progress(1)
+    for s in streams.values():
+        s.close()
+    out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth)
+    out["peak_rss_bytes"], out["stream_buffer_bytes"] = peak_rss, stream_bytes
+    return out
+
+
+def _median(xs) -> "float | None":
+    xs = [x for x in xs if x is not None and np.isfinite(x)]
+    return float(np.median(xs)) if xs else None
+
+
+def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth) -> dict[str, Any]:
+    med = {f"{kind}_t{t}": _median(rates[(kind, t)]) for (kind, t) in rates}
+    reasons: dict[str, str] = {}
+    plain_t = max(threads, key=lambda t: med[f"plain_t{t}"] or 0.0)
+    loop_t = max(threads, key=lambda t: med[f"loop_t{t}"] or 0.0)
+    plain, spec = med[f"plain_t{plain_t}"], med[f"loop_t{loop_t}"]
+    stream = max((med[f"stream_t{t}"] or 0.0) for t in threads) or None
+    sb = step_bytes(target)
+
+    def ratio(num, den, key, why):
+        if num is None or den is None or not den > 0:
+            reasons[key] = why
+            return None
+        return float(num / den)
+
+    step_ms = ratio(1e3, plain, "plain_step_ms", "plain decoding ran at 0 tokens/s")
+    same_t_step = ratio(1e3, med[f"plain_t{loop_t}"], "plain_step_ms_at_loop_threads", "plain decoding ran at 0 tokens/s")
+    rs = rounds[loop_t]
+    mean = lambda xs: float(np.mean(xs)) if xs else None  # noqa: E731
+    phases = {"draft": mean([r.draft_ms for r in rs]), "verify": mean([r.verify_ms for r in rs]),
+              "commit": mean([r.commit_ms for r in rs]), "round": mean([r.total_ms for r in rs])}
+    full = [r for r in rs if r.proposed == k]
+    bound = ratio(stream * 1e9 if stream else None, sb["total"], "bound_tokens_per_s", "no read stream measured")
+    return {
+        "speedup_vs_plain": ratio(spec, plain, "speedup_vs_plain", "plain decoding ran at 0 tokens/s"),
+        "plain_tokens_per_s": plain, "loop_tokens_per_s": spec,
+        "plain_threads": plain_t, "loop_threads": loop_t,
+        "tokens_per_s": med,
+        "read_stream_gb_s": {t: med[f"stream_t{t}"] for t in threads},
+        "plain_step_bytes": sb,
+        "bound_tokens_per_s": bound,
+        "plain_bound_share": ratio(plain, bound, "plain_bound_share", "no bound"),
+        "plain_stream_gb_s": plain * sb["total"] / 1e9 if plain else None,
+        "plain_step_ms": step_ms,
+        "phase_ms": {**phases, "plain_step": same_t_step},
+        "verify_over_plain_step": ratio(mean([r.verify_ms for r in full]), same_t_step, "verify_over_plain_step",
+                                        "no full-width round or no plain step"),
+        "draft_over_plain_step": ratio(phases["draft"], same_t_step, "draft_over_plain_step", "no round or no plain step"),
+        "tokens_per_round": mean([r.emitted for r in rs]),
+        "expected_tokens_per_round": prof.expected_tokens(),
+        "acceptance_by_position": _by_position(rs, k),
+        "rounds": len(rs),
+        "identical_to_plain": not mismatches, "mismatches": mismatches,
+        "generated_tokens": len(truth), "distinct_generated_tokens": len(set(truth)),
+        **({"null_reasons": reasons} if reasons else {}),
+    }
+
+
+def _by_position(rounds, k: int) -> list:
+    out = []
+    for i in range(k):
+        asked = [r for r in rounds if r.proposed > i]
+        out.append(sum(r.accepted > i for r in asked) / len(asked) if asked else None)
+    return out
+
+
+def timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
