@@ -90,7 +90,7 @@ def cmd_scale_bench(args) -> int:
     from ..hybrid import load_target
     from ..measure.oracle import profile
     from ..measure.provenance import git_revision, machine
-    from ..measure.scale_bench import STREAM_BYTES, run_scale_bench, timestamp
+    from ..measure.scale_bench import STREAM_BYTES, packed_bytes, run_scale_bench, timestamp
     from ..version import __version__
 
     shape = get_shape(args.shape)
@@ -113,10 +113,12 @@ def cmd_scale_bench(args) -> int:
     def set_threads(t: int) -> None:
         backend.threads = t
 
+    llc = resources.last_level_cache_bytes()
+    lazy = llc is not None and packed_bytes(target.lm_head) <= llc  # lm_head in cache: compute-bound, rows on demand
     ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {args.repeats} repeats")
     with ui.Bar(args.repeats * 3 * len(threads), "bench", ui.progress_enabled(args)) as bar:
         res = run_scale_bench(target, draft, prompt, prof, k=k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
-                              threads=threads, set_threads=set_threads, seed=args.seed, progress=bar)
+                              threads=threads, set_threads=set_threads, seed=args.seed, progress=bar, lazy_logits=lazy)
     desc = backend.describe()
     host = machine()
     doc = {
@@ -128,7 +130,7 @@ def cmd_scale_bench(args) -> int:
                    "target_params": shape.target_params, "active_params": shape.active_params(),
                    "draft_params": shape.draft_params, "shape_source": shape.source, "draft_source": shape.draft_source,
                    "acceptance": args.acceptance, "profile": prof.name, "profile_keep": list(prof.keep), "k": k,
-                   "block_size": block, "threads": threads, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                   "block_size": block, "threads": threads, "lazy_logits": lazy, "last_level_cache_bytes": llc, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                    "prompt": prompt},
         "results": res,
     }
