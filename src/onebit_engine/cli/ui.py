@@ -67,8 +67,9 @@ def progress_enabled(args) -> bool:
 
 
 def note(args, text: str) -> None:
-    """A line about what is happening, on stderr (never with --json or --quiet: stdout stays the result)."""
-    if not getattr(args, "json", False) and not getattr(args, "quiet", False):
+    """A line about what is happening, on stderr where a person watches it (a terminal, as for progress
+    bars; never with --json or --quiet): stdout stays the result, and an error stays stderr's one line."""
+    if progress_enabled(args) and not getattr(args, "quiet", False):
         print(text, file=sys.stderr, flush=True)
 
 
