@@ -91,7 +91,8 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
     loop()  # warm-up: the draft's compiled ops, first-touch memory
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # load + decode, before the stream's buffer
     buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
-    streams = {t: ReadStream(threads=t, buf=buf) for t in threads}
+    lib = getattr(target.backend, "_native", None)  # the host-int library: its own read loop, on its own pool
+    streams = {t: ReadStream(threads=t, buf=buf, native=lib) for t in threads}
     variants = [(kind, t) for t in threads for kind in ("plain", "loop", "stream")]
     rates: dict = {v: [] for v in variants}
     rounds: dict[int, list] = {t: [] for t in threads}
