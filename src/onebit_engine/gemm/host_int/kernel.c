@@ -355,7 +355,8 @@ static void stream_job(void *arg) {
 int onebit_hi_read_stream(const uint8_t *buf, int64_t n, int threads) {
     if (!buf || n < 0 || threads < 1 || threads > MAX_THREADS) return -2;
     stream_job_t jobs[MAX_JOBS];
-    int64_t nj = threads == 1 ? 1 : (16 * threads < MAX_JOBS ? 16 * threads : MAX_JOBS), step = (n / nj + 63) / 64 * 64;
+    int64_t nj = threads == 1 ? 1 : (16 * threads < MAX_JOBS ? 16 * threads : MAX_JOBS);
+    int64_t step = ((n + nj - 1) / nj + 63) / 64 * 64; /* nj steps cover n */
     for (int64_t i = 0; i < nj; i++) {
         int64_t lo = i * step < n ? i * step : n, hi = (i + 1) * step < n ? (i + 1) * step : n;
         jobs[i] = (stream_job_t){buf + lo, hi - lo, 0};
