@@ -10,7 +10,9 @@ Rows (each a ``onebit bench --shape`` run, or a load in a fresh process, JSON ke
   over the checkpoint's bytes (a fresh process; the checkpoint written by ``onebit synth --format bf16``);
 * ``27b`` / ``27b-seed``: Qwen3.6-27B-shaped int4 with an oracle draft at a = 0.8 (k = 7) and with every draft
   kept; ``08b`` / ``08b-seed``: Qwen3.5-0.8B-shaped int8; ``35b``: Qwen3.5-35B-A3B-shaped int4 at a = 0.8;
-* ``kernel``: the int8 4096 x 4096 kernel, 1 thread, cold weights, 8 rows / 1 row (tools/host_int_report.py).
+* ``kernel``: the int8 4096 x 4096 kernel, 1 thread, cold weights, 8 rows / 1 row (tools/host_int_report.py);
+* ``regime``: the regime map of docs/loop.md: 12-layer hybrids from ~6 MB to ~0.9 GB of int8 weights, the
+  loop at a = 0.8 against plain decoding, each size in its own process (where does speculation start to pay?).
 
 This is an edge script: it may read the environment (ONEBIT_CACHE_DIR, through the CLI) and runs
 subprocesses; the library does neither.
@@ -34,7 +36,8 @@ BENCH = {
     "08b-seed": ["--shape", "qwen3.5-0.8b", "--format", "int8", "--acceptance", "seed", "--k", "7"],
     "35b": ["--shape", "qwen3.5-35b-a3b", "--format", "int4", "--acceptance", "0.8", "--k", "7"],
 }
-ROWS = ["rss", "kernel", *BENCH]
+ROWS = ["rss", "kernel", *BENCH, "regime"]
+REGIME_HIDDEN = (128, 256, 512, 1024, 2048)  # 12-layer hybrids of these widths, vocab 32000: ~6 MB to ~0.9 GB of int8
 RSS_SCRIPT = """
 import json, os, resource, sys
 from onebit_engine import load_target
@@ -68,6 +71,9 @@ def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: 
             if not (folder / "synth.json").is_file():
                 _run(onebit + ["synth", "--shape", "qwen3.5-0.8b", "--format", "bf16", "--out", str(folder), "--json"], log)
             doc = json.loads(_run([sys.executable, "-c", RSS_SCRIPT, str(folder / "target")], log))
+        elif row == "regime":
+            doc = {"points": [json.loads(_run([sys.executable, "tools/scale_report.py", "--regime-point", str(h),
+                                                "--cache", str(cache), "--repeats", str(repeats)], log)) for h in REGIME_HIDDEN]}
         elif row == "kernel":
             text = _run([sys.executable, "tools/host_int_report.py", "kernel", "--threads", "1", "--reps", "40"], log)
             doc = json.loads(text.strip().splitlines()[-1])
@@ -80,6 +86,42 @@ def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: 
         out[row] = doc
         print(f"{row}: done in {doc['wall_seconds']:.0f} s", file=log, flush=True)
     return out
+
+
+def regime_point(hidden: int, cache: Path, repeats: int) -> dict:
+    """One point of the regime map, measured in this process: a 12-layer hybrid of width ``hidden``."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from onebit_engine import load_draft, load_target
+    from onebit_engine.gemm import get_backend
+    from onebit_engine.hybrid.synthetic import tiny_config
+    from onebit_engine.measure.oracle import profile
+    from onebit_engine.measure.resources import last_level_cache_bytes
+    from onebit_engine.measure.scale_bench import packed_bytes, run_scale_bench
+    from onebit_engine.synth.folder import synthesize
+    from onebit_engine.synth.shapes import Shape, _scaled_draft
+
+    heads = max(1, hidden // 64)
+    t = tiny_config(vocab_size=32000, hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=12,
+                    num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), head_dim=64,
+                    linear_num_key_heads=heads, linear_num_value_heads=heads, linear_key_head_dim=64,
+                    linear_value_head_dim=64)
+    shape = Shape(f"regime-h{hidden}", t, _scaled_draft(t, 31999), "a 12-layer hybrid for the regime map", "scaled recipe")
+    folder = cache / f"regime-h{hidden}-int8"
+    if not (folder / "synth.json").is_file():
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)  # a half-written pair of an interrupted run
+        synthesize(shape, "int8", folder)
+    be = get_backend("host-int", threads=2)
+    target = load_target(folder / "target", backend=be, row_set=16)
+    draft = load_draft(folder / "draft", target, backend=be, row_set=16)
+    llc = last_level_cache_bytes()
+    res = run_scale_bench(target, draft, [3, 1, 4, 1, 5, 9, 2, 6], profile("0.8", 7), k=7, max_new_tokens=64, repeats=repeats,
+                          threads=[1, 2], set_threads=lambda n: setattr(be, "threads", n),
+                          lazy_logits=llc is not None and packed_bytes(target.lm_head) <= llc)
+    return {"hidden": hidden, "weight_bytes": res["plain_step_bytes"]["weights"], "last_level_cache_bytes": llc, **{
+        k: res[k] for k in ("speedup_vs_plain", "plain_tokens_per_s", "loop_tokens_per_s", "verify_over_plain_step",
+                            "draft_over_plain_step", "tokens_per_round", "identical_to_plain", "plain_stream_gb_s")}}
 
 
 def _f(v, d=2):
@@ -124,6 +166,18 @@ def render(docs: dict) -> str:
         if key == "27b":
             lines.append(f"| {label} | verify(8) / plain step; draft round / plain step | **{_f(r['verify_over_plain_step'])}; "
                          f"{_f(r['draft_over_plain_step'])}** | <= 1.35; <= 0.15 |")
+    if "regime" in docs:
+        pts = docs["regime"]["points"]
+        lines += ["", "The regime map (docs/loop.md): 12-layer hybrids of growing width, int8, the loop at a = 0.8, k = 7, "
+                  "against plain decoding at its fastest, 2 threads at most.", "",
+                  "| width | int8 weights | plain tok/s (GB/s) | loop / plain | verify(8) / step | draft / step | identical |",
+                  "|---|---|---|---|---|---|---|"]
+        for q in pts:
+            lines.append(f"| {q['hidden']} | {q['weight_bytes'] / 2**20:.0f} MiB | {_f(q['plain_tokens_per_s'], 1)} "
+                         f"({_f(q['plain_stream_gb_s'], 1)}) | **{_f(q['speedup_vs_plain'])}** | {_f(q['verify_over_plain_step'])} | "
+                         f"{_f(q['draft_over_plain_step'])} | {q['identical_to_plain']} |")
+        llc = pts[0].get("last_level_cache_bytes")
+        lines.append(f"\nThe CPU's last-level cache: {llc / 2**20:.0f} MiB." if llc else "")
     if "kernel" in docs:
         d = docs["kernel"]
         lines.append(f"| int8 4096 x 4096 kernel, 1 thread, cold weights | 8 rows / 1 row | **{_f(d.get('int8_t1_r8_over_r1'))}** | <= 1.30 |")
@@ -151,7 +205,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--write", metavar="PAGE", help="put the table into this Markdown page (between its scale markers)")
     ap.add_argument("--from-json", action="store_true", help="render the JSON already in --json-dir, measure nothing")
+    ap.add_argument("--regime-point", type=int, metavar="HIDDEN", help=argparse.SUPPRESS)  # one regime point, in this process
     args = ap.parse_args(argv)
+    if args.regime_point:
+        print(json.dumps(regime_point(args.regime_point, Path(args.cache), args.repeats)))
+        return 0
     rows = [r for r in args.rows.split(",") if r]
     bad = [r for r in rows if r not in ROWS]
     if bad:
