@@ -21,8 +21,7 @@ SCHEMA = "onebit.scale_bench/1"
 def _needs(shape, fmt: str, extra: int = 0) -> tuple[int, int]:
     """(memory to serve the pair on host-int, bytes on disk)."""
     p = plan(shape, fmt)
-    codebooks = sum(int(np.prod(s)) * 2 for n, s in shape.draft_tensors().items() if "codebook" in n)
-    return resources.serve_bytes(p.target_bytes, p.draft_bytes, codebooks, extra), p.disk_bytes
+    return resources.serve_bytes(p.target_bytes, p.draft_bytes, extra), p.disk_bytes
 
 
 def _check_memory(shape, fmt: str, what: str, extra: int = 0) -> None:
@@ -30,7 +29,7 @@ def _check_memory(shape, fmt: str, what: str, extra: int = 0) -> None:
     have = resources.available_memory()
     if have is not None and need > have:
         raise ConfigError(f"{what} {shape.name} in {fmt} needs about {resources.gib(need)} of memory (its weights on "
-                          f"host-int, the draft's codebooks and the working set), this machine has {resources.gib(have)} "
+                          f"host-int and the working set), this machine has {resources.gib(have)} "
                           f"available; use a smaller --format (ternary) or shape, or a machine with more memory")
 
 

@@ -28,10 +28,10 @@ def free_disk(folder: Path) -> int:
     return shutil.disk_usage(p).free
 
 
-def serve_bytes(target_bytes: int, draft_bytes: int, codebook_bytes: int, extra: int = 0) -> int:
+def serve_bytes(target_bytes: int, draft_bytes: int, extra: int = 0) -> int:
     """Memory to serve a quantized pair on host-int: its packed weights (the files' bytes: the tiles hold the
-    same codes), the draft's codebooks widened to float32 (twice their float16 bytes) and the working set."""
-    return target_bytes + draft_bytes + codebook_bytes + WORKING_BYTES + extra
+    same codes; the lookup tables, mapped, count as if read whole) and the working set."""
+    return target_bytes + draft_bytes + WORKING_BYTES + extra
 
 
 def gib(n: "int | None") -> str:
