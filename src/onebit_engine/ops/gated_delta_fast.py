@@ -270,11 +270,9 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     xs = np.empty((n, conv.shape[0]), np.float32)
     qs = np.empty((n, n_k_heads, dk), np.float32)
     ks = np.empty((n, n_k_heads, dk), np.float32)
-    mem = np.empty(dv, np.float32)
-    oh = np.empty(dv, np.float32)
     for t in range(n):
         _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
-    _heads(S, alpha, beta, ks, qs, xs, np.empty((n, HV, dv), np.float32), r, v0, False)
+    _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
 
 
 if nb is not None:
