@@ -24,11 +24,15 @@ def cmd_bench(args) -> int:
         return cmd_scale_bench(args)
     if args.format or args.acceptance != "0.8" or args.cache:
         raise ConfigError("--format, --acceptance and --cache belong to the scale benchmark: add --shape NAME")
+    if args.k is not None:  # refused with this draft's range before anything loads
+        models.check_k(args.k, models.draft_block(args))
     loaded = models.load(args, need_draft=True)
     one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
     k = models.check_k(args.k, loaded.draft, loaded.default_k)
     bench_runner.check_room(args.max_new_tokens, k)
     prompts = models.prompt_set(args, loaded)
+    models.check_length(args.max_new_tokens, prompts, loaded.target.config.max_position_embeddings, least=3,
+                        why=" (the prefill's token, then room for a round of 1 draft and its bonus token)")
     prov = loaded.provenance(mode="bench")
     prov["plain_1row_row_set"] = one_row.row_set
     prov["threads"] = args.threads or 1  # BLAS and host-int threads (cli/__init__.py: default 1)
@@ -65,11 +69,15 @@ def cmd_bench(args) -> int:
     for key, why in r.get("null_reasons", {}).items():
         print(f"not measured: {key} ({why})")
     same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy at {r['first_difference']}"
-    print(f"output: {same}; {len(prompts)} prompts x {args.repeats} repeats x {args.max_new_tokens} tokens  "
+    print(f"output: {same}; {_n(len(prompts), 'prompt')} x {_n(args.repeats, 'repeat')} x {_n(args.max_new_tokens, 'token')}  "
           f"[{loaded.source}; {prov['backend']} ({prov['kernel_set']}), git {prov['git_revision']}]")
     if args.out:
         print(f"wrote {args.out}")
     return 0
+
+
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _unwritten(doc: dict, err: OutputError, args) -> int:

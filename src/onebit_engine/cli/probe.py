@@ -9,6 +9,8 @@ def cmd_capture(args) -> int:
     probe.check_capture_length(args.max_new_tokens)
     loaded = models.load(args, need_draft=True)
     prompts = models.prompt_set(args, loaded)
+    models.check_length(args.max_new_tokens, prompts, loaded.target.config.max_position_embeddings, least=2,
+                        why=" (a capture times one plain step after the prefill's token)")
     prov = loaded.provenance(stage="capture")
     with ui.Bar(len(prompts) * args.max_new_tokens, "capture", ui.progress_enabled(args)) as bar:
         cap = probe.capture(loaded.target, prompts, args.max_new_tokens, tap_layers=loaded.draft.config.target_layer_ids,
