@@ -18,6 +18,11 @@ COMMIT_PATHS = ("keep", "replay", "checkpoint")
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *a, **kw):
+        # No prefix abbreviations (--max-new-token for --max-new-tokens): a new flag would change what an
+        # old abbreviation means, and a typo would pass as a flag.
+        super().__init__(*a, allow_abbrev=False, **kw)
+
     def error(self, message: str):  # one line, exit 2 (argparse's own code), with the way out
         line = f"{message} (see `{self.prog} --help`)"
         print(f"onebit: error: {line}", file=sys.stderr)
@@ -82,10 +87,11 @@ _round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: g
 # GEMM backends by name (gemm.registry's, plus auto); tests/cli pins this list to the registry's.
 BACKENDS = ("auto", "reference", "host-int", "xrt")
 _BACKEND_HELP = ("auto: host-int when its native kernel builds and runs here, else reference; reference: float32 numpy; "
-                 "host-int: exact integer GEMMs on the CPU (int8 weights); xrt: an AMD XDNA NPU (docs/device.md)")
+                 "host-int: exact integer GEMMs on the CPU; xrt: an AMD XDNA NPU (docs/device.md)")
 
 
-def _output_args(p, json_help: str = "one JSON object on stdout (errors too), nothing on stderr") -> None:
+def _output_args(p, json_help: str = "one JSON object on stdout, for machines (an error is one too, besides its line "
+                                    "on stderr); no status lines unless --verbose") -> None:
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true", help=json_help)
     v = g.add_mutually_exclusive_group()
@@ -106,8 +112,8 @@ def _model_args(p, *, draft: bool = True) -> None:
         g.add_argument("--draft-backend", choices=BACKENDS, metavar="NAME", help="the draft's backend, overriding --backend")
     g.add_argument("--row-set", type=_row_set, metavar="N", help="rows per GEMM call. Default: 16 on a backend whose rows "
                    "never depend on the row count (host-int: no padding), else 8")
-    g.add_argument("--threads", type=_threads, metavar="N", help="threads for the host-int kernel and for BLAS (numpy). "
-                   "Default: loop - the faster of 1 and 2, measured; the other commands - 1")
+    g.add_argument("--threads", type=_threads, metavar="N", help="threads for the host-int kernel and for BLAS (numpy), "
+                   "1..64. Default: loop - the faster of 1 and 2, measured with k (and kept); the other commands - 1")
     if not draft:
         p.set_defaults(draft=None, draft_backend=None)
 
@@ -154,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     _output_args(g)
     g.set_defaults(func="decode:cmd_generate")
 
-    lp = sub.add_parser("loop", help="the speculative loop: draft, verify, commit; per-round summary and totals")
+    lp = sub.add_parser("loop", help="the speculative loop: picks k and threads here (kept per machine and build), checks "
+                        "the output against plain decoding and says whether speculation paid here, and why")
     _model_args(lp)
     _prompt_args(lp)
     _spec_args(lp)
@@ -242,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", required=True, metavar="PATH", help="a .safetensors path: the quantized projections only (for inspect); any other path: a servable checkpoint folder that load_target and --model run")
     _output_args(q)
     q.set_defaults(func="inspect:cmd_quantize")
+    for group in (sub, psub):  # `onebit loop --help` opens with the line `onebit --help` lists it by
+        for choice in group._choices_actions:
+            group.choices[choice.dest].description = choice.help
     return p
 
 
