@@ -4,14 +4,15 @@ The lines: in ``docs/*.md`` and ``README.md``, fenced ``bash`` / ``console`` blo
 too), those starting with ``onebit`` or ``python -m onebit_engine`` (in a console block, the lines after
 ``$ ``; a line chained with ``&&`` runs its ``onebit`` part). Each page's lines run in order, in one
 scratch folder, in this process (the compiled kernels are shared: seconds, not minutes), and each must
-exit 0 with no traceback. A line marked ``# not in CI: <reason>`` is not run: it is listed as a skipped
+exit 0 with no traceback - or, in a console block whose next line shows ``onebit: error: ...``, exit 2
+with exactly that line on stderr. A line marked ``# not in CI: <reason>`` is not run: it is listed as a skipped
 test with its page, line and reason. docs/cli.md, "The command lines in these pages are run in CI".
 """
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ class Line:
     argv: tuple[str, ...]  # after `onebit` / `python -m onebit_engine`
     text: str
     skip: str | None  # the reason it is not run in CI
+    error: str | None = None  # the error line a console block shows right after it: expected exactly
 
     @property
     def id(self) -> str:
@@ -59,6 +61,8 @@ def documented(text: str, page: str) -> list[Line]:
         line = raw.strip()
         if lang == "console":
             if not line.startswith("$ "):
+                if line.startswith("onebit: error: ") and out and out[-1].number == number - 1:
+                    out[-1] = replace(out[-1], error=line)
                 continue
             line = line[2:]
         line = pending + line
@@ -94,6 +98,9 @@ def test_documented_commands_run(page, tmp_path, monkeypatch, capsys):
             continue
         code = main(list(line.argv))
         out = capsys.readouterr()
+        if line.error:
+            assert (code, out.err.strip()) == (2, line.error), f"{line.id}: `{line.text}` exited {code}:\n{out.err}"
+            continue
         assert code == 0, f"{line.id}: `{line.text}` exited {code}:\n{out.err}"
         assert "Traceback" not in out.err and out.out.strip(), f"{line.id}: `{line.text}`:\n{out.err}"
 
@@ -123,6 +130,8 @@ onebit bench --shape qwen3.6-27b   # not in CI: needs 15 GB
 $ onebit inspect x.safetensors
 x.safetensors: quantized ...
 onebit looks like a command but is output
+$ onebit loop --k 0
+onebit: error: --k 0 is out of range
 ```
 
 ```text
@@ -144,7 +153,9 @@ def test_the_parser_finds_exactly_the_runnable_lines():
         (8, ("generate", "--max-new-tokens", "2"), None),
         (9, ("bench", "--shape", "qwen3.6-27b"), "needs 15 GB"),
         (13, ("inspect", "x.safetensors"), None),
+        (16, ("loop", "--k", "0"), None),
     ]
+    assert [line.error for line in documented(SAMPLE, "sample.md")] == [None] * 4 + ["onebit: error: --k 0 is out of range"]
 
 
 def test_a_broken_documented_line_fails(tmp_path, monkeypatch, capsys):

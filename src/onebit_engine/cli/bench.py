@@ -37,7 +37,7 @@ def cmd_bench(args) -> int:
         models.check_length(args.max_new_tokens, prompts, loaded.target.config.max_position_embeddings, least=3,
                             why=" (the prefill's token, then room for a round of 1 draft and its bonus token)")
         prepare.warm(loaded.target, loaded.draft, prompts[0])
-    status.say(f"measuring plain decoding and the loop (k={k}): {_n(len(prompts), 'prompt')} x {_n(args.repeats, 'repeat')}")
+    status.say(f"measuring plain decoding and the loop (k={k}): {ui.count(len(prompts), 'prompt')} x {ui.count(args.repeats, 'repeat')}")
     prov = loaded.provenance(mode="bench")
     prov["plain_1row_row_set"] = one_row.row_set
     prov["threads"] = args.threads or 1  # BLAS and host-int threads (cli/__init__.py: default 1)
@@ -74,15 +74,11 @@ def cmd_bench(args) -> int:
     for key, why in r.get("null_reasons", {}).items():
         print(f"not measured: {key} ({why})")
     same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy at {r['first_difference']}"
-    print(f"output: {same}; {_n(len(prompts), 'prompt')} x {_n(args.repeats, 'repeat')} x {_n(args.max_new_tokens, 'token')}  "
+    print(f"output: {same}; {ui.count(len(prompts), 'prompt')} x {ui.count(args.repeats, 'repeat')} x {ui.count(args.max_new_tokens, 'token')}  "
           f"[{loaded.source}; {prov['backend']} ({prov['kernel_set']}), git {prov['git_revision']}]")
     if args.out:
         print(f"wrote {args.out}")
     return 0
-
-
-def _n(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _unwritten(doc: dict, err: OutputError, args) -> int:

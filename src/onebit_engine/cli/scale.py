@@ -116,7 +116,7 @@ def cmd_scale_bench(args) -> int:
     def set_threads(t: int) -> None:
         backend.threads = t
 
-    ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {args.repeats} repeats")
+    ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {ui.count(args.repeats, 'repeat')}")
     with ui.Bar(args.repeats * 3 * len(threads), "bench", ui.progress_enabled(args)) as bar:
         res = run_scale_bench(target, draft, prompt, prof, k=k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                               threads=threads, set_threads=set_threads, seed=args.seed, progress=bar)

@@ -9,6 +9,7 @@ make the same choice, so a figure can be reproduced. ``--retune`` measures again
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -34,10 +35,6 @@ class Plan:
     predicted_speedup: float | None = None
     table: dict = field(default_factory=dict)  # "threads=T k=K" -> predicted ms per token
     kept_in: str | None = None  # the file the choice is kept in
-
-    @property
-    def pays(self) -> bool | None:
-        return None if self.predicted_speedup is None else self.predicted_speedup > 1.0
 
     def summary(self) -> str:
         th = lambda n: f"{n} thread{'s' if n > 1 else ''}"  # noqa: E731
@@ -101,7 +98,7 @@ def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: boo
                     measured_at=kept["measured_at"], profile_source=source, predicted_speedup=kept["predicted_speedup"],
                     table=kept.get("table") or {}, kept_in=str(tune.choice_path(store, key)), **common)
     what = f"choosing k and threads: measuring {len(ks)} k x {len(counts)} thread count{'s' * (len(counts) > 1)} here"
-    with (status.stage(what) if status else _null()):
+    with (status.stage(what) if status else contextlib.nullcontext()):
         if loaded.builtin_trained:
             from .. import default_model
 
@@ -132,8 +129,3 @@ def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: boo
             chosen = Plan(**{**chosen.__dict__, "kept_in": str(path)})
     return chosen
 
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()

@@ -75,6 +75,11 @@ def note(args, text: str) -> None:
     Status(args).say(text)
 
 
+def count(n: int, noun: str) -> str:
+    """``1 repeat``, ``3 repeats``."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def fmt(v: Any, digits: int = 2) -> str:
     if v is None:
         return "-"
