@@ -88,7 +88,7 @@ class Target:
         self._check_free(state, "verify")
         toks = self._tokens(tokens, state)
         gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
-        snapshot = {i: state.layers[i].copy() for i in gdn}
+        snapshot = {i: state.snapshot(i) for i in gdn}
         recorder = Recorder(checkpoints)
         start = state.pos
         out = self._run(toks, state, recorder, head=logits)
