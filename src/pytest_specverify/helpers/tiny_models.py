@@ -1,0 +1,33 @@
+"""Seeded tiny random checkpoints for the native-engine adapters: an HF folder (written by the engine's
+synthetic helpers - the one place this module leans on ``onebit_engine``) and its GGUF twin, so CI makes
+its own models and never downloads one.
+
+``tiny_hf_folder(folder, seed)``: a dense Qwen3.5 text checkpoint (``model_type qwen3_5_text``): 4 layers
+(3 Gated DeltaNet : 1 gated attention), hidden 32, 2 key / 4 value delta-net heads (so the value-head
+reordering of a conversion is exercised), vocabulary 256 (the byte prompts map one to one), float32.
+``tiny_gguf(folder, seed)``: the same weights as ``model.gguf`` beside it (``helpers.gguf_writer``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+#: the tiny target's shape (the engine's ``tiny_config`` keywords)
+TINY = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=4, full_attention_interval=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4)
+
+
+def tiny_hf_folder(folder: "str | Path", seed: int = 0, **overrides) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` of a seeded tiny random Qwen3.5 text target into ``folder``."""
+    from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
+
+    cfg = tiny_config(**{**TINY, **overrides})
+    return write_checkpoint(folder, cfg, random_weights(cfg, seed=seed))
+
+
+def tiny_gguf(folder: "str | Path", seed: int = 0, **overrides) -> Path:
+    """``tiny_hf_folder(folder, seed)`` and its float32 GGUF, ``folder/model.gguf`` (returned)."""
+    from .gguf_writer import write_gguf
+
+    folder = tiny_hf_folder(folder, seed, **overrides)
+    return write_gguf(folder, Path(folder) / "model.gguf")
