@@ -5,6 +5,8 @@ its own models and never downloads one.
 ``tiny_hf_folder(folder, seed)``: a dense Qwen3.5 text checkpoint (``model_type qwen3_5_text``): 4 layers
 (3 Gated DeltaNet : 1 gated attention), hidden 32, 2 key / 4 value delta-net heads (so the value-head
 reordering of a conversion is exercised), vocabulary 256 (the byte prompts map one to one), float32.
+``model_type="qwen3_next"``: the same with a mixture of experts (4 experts, top 2, a shared expert; layer 0
+dense, so the folder is ``qwen3_next`` in its grouped projection layout).
 ``tiny_gguf(folder, seed)``: the same weights as ``model.gguf`` beside it (``helpers.gguf_writer``).
 """
 from __future__ import annotations
@@ -17,11 +19,21 @@ TINY = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_lay
             linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4)
 
 
-def tiny_hf_folder(folder: "str | Path", seed: int = 0, **overrides) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` of a seeded tiny random Qwen3.5 text target into ``folder``."""
+#: the experts of the tiny ``qwen3_next`` (the engine's ``MoeConfig`` keywords)
+TINY_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                mlp_only_layers=(0,))
+MODEL_TYPES = ("qwen3_5", "qwen3_next")
+
+
+def tiny_hf_folder(folder: "str | Path", seed: int = 0, *, model_type: str = "qwen3_5", **overrides) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` of a seeded tiny random target into ``folder``."""
+    from onebit_engine.hybrid.moe_config import MoeConfig
     from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
-    cfg = tiny_config(**{**TINY, **overrides})
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"tiny model type {model_type!r} is not one of {MODEL_TYPES}")
+    moe = MoeConfig(**TINY_MOE) if model_type == "qwen3_next" else None
+    cfg = tiny_config(**{**TINY, **overrides}, moe=moe)
     return write_checkpoint(folder, cfg, random_weights(cfg, seed=seed))
 
 
