@@ -4,17 +4,14 @@ with the adapter's ``exact`` profile. Skipped where mlx-lm is not installed (``n
 
 Qwen3.5 runs the whole battery; Qwen3-Next shares the adapter, the loop and the draft, so it runs the checks of
 what differs (its model and caches), as tests/specverify_hf does; SPECVERIFY_MLX_FULL=1 runs everything on it."""
-import os
+from pathlib import Path
 
 import pytest
 
 from pytest_specverify.protocol import PortOptions
+from tests.ports.cache_checks import cache_checks_only
 
 pytest.importorskip("mlx_lm")
-
-CACHE_CHECKS = ("test_commit_equivalence", "test_replay_check", "test_short_prompts", "test_long_context",
-                "test_decode_prefill_consistency", "test_stateful_fuzz")
-
 
 @pytest.fixture(scope="session", params=["tiny-qwen3_5", "tiny-qwen3_next"])
 def specverify_port(request, specverify_settings):
@@ -24,9 +21,4 @@ def specverify_port(request, specverify_settings):
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("SPECVERIFY_MLX_FULL"):
-        return
-    skip = pytest.mark.skip(reason="tiny-qwen3_next runs the cache checks only (SPECVERIFY_MLX_FULL=1: all)")
-    for item in items:
-        if "tiny-qwen3_next" in item.nodeid and item.originalname not in CACHE_CHECKS:
-            item.add_marker(skip)
+    cache_checks_only(items, Path(__file__).parent, "tiny-qwen3_next", "SPECVERIFY_MLX_FULL")

@@ -23,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..helpers.loop import plain_generate, reference_speculative_generate
+from ..helpers.loop import ReferenceLoops
 from ..helpers.ngram import NgramDraft
+from ..helpers.snapshot import check_verify, take_pending
 from ..protocol import PortOptions, Rows, byte_encode
 
 PATHS = ("keep", "replay")
@@ -126,7 +127,9 @@ def cache_arrays(cache: list) -> dict:
     return out
 
 
-class MlxLmPort:
+class MlxLmPort(ReferenceLoops):
+    """mlx-lm's own speculative loop rewinds with trim_prompt_cache (see the module docstring): the loops are the reference ones."""
+
     commit_paths = PATHS
     tolerance = "exact"
 
@@ -159,10 +162,7 @@ class MlxLmPort:
         return self._run(state, [token])
 
     def verify(self, state: MlxState, tokens: Sequence[int], *, path: str) -> Rows:
-        if path not in self.commit_paths:
-            raise ValueError(f"commit path {path!r} is not one of {self.commit_paths}")
-        if state.pending is not None:
-            raise RuntimeError("verify() while a verify is pending: commit it first")
+        check_verify(self, state, path)
         rewind = Rewind(state.length, [int(t) for t in tokens], save_cache(state.cache))
         out = self._run(state, tokens)
         state.pending = rewind
@@ -171,12 +171,7 @@ class MlxLmPort:
     def commit(self, state: MlxState, accepted_rows: int, *, path: str, replay_check: bool = False) -> None:
         from ..protocol import NotSupported
 
-        rw = state.pending
-        if rw is None:
-            raise RuntimeError("commit() without a pending verify")
-        if not 0 <= accepted_rows <= len(rw.rows):
-            raise ValueError(f"accepted_rows={accepted_rows} is outside 0..{len(rw.rows)} (the verify's rows)")
-        state.pending = None
+        rw = take_pending(state, accepted_rows)
         kept = rw.rows[:accepted_rows]
         if path == "keep" and accepted_rows == len(rw.rows):
             pass
@@ -201,14 +196,6 @@ class MlxLmPort:
     def make_draft(self):
         return NgramDraft(self.vocab_size, seed=self.draft_seed)
 
-    # -- loops (mlx-lm's own speculative loop rewinds with trim_prompt_cache: see the module docstring) --
-    def generate(self, prompt, *, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None) -> list[int]:
-        return plain_generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-
-    def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
-                             seed: int | None = None, commit_path: str | None = None):
-        return reference_speculative_generate(self, prompt, draft, max_new_tokens=max_new_tokens, k=k,
-                                              temperature=temperature, seed=seed, commit_path=commit_path)
 
 
 def load_folder(folder):

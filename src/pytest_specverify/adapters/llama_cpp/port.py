@@ -8,9 +8,9 @@ Commit paths:
   rows than ``n_rs_seq``), the state saved before the verify is restored and the kept rows re-run in one
   batch. A commit that keeps *no* row is always restored from the saved state, never ``seq_rm``:
   llama.cpp bug (0.3.36's vendored llama.cpp, ``llama_memory_recurrent::seq_rm``): removing every row of
-  the last decode is accepted (returns true) but the recurrent state before that decode was never
-  snapshotted, so the delta-net state stays stale (off by 0.08-0.16, the next logits by 0.27-1.4) while
-  the KV is trimmed right. ``zero_row_keep="seq_rm"`` keeps the bug, for the test that shows the battery
+  the last decode is accepted (returns true) but the delta-net state before that decode was never
+  snapshotted, so it stays the one after the decode (tiny checkpoints: off by 1.0-1.7, the next logits by
+  0.2-3.1) while the KV and the conv window are rolled back right. ``zero_row_keep="seq_rm"`` keeps the bug, for the test that shows the battery
   catches it.
 * ``replay`` - restore the saved state, then one ``llama_decode`` per kept row.
 
@@ -23,12 +23,13 @@ import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...helpers.loop import plain_generate, reference_speculative_generate
+from ...helpers.loop import ReferenceLoops
 from ...helpers.ngram import NgramDraft
+from ...helpers.snapshot import check_verify, take_pending
 from ...protocol import Rows, byte_encode
 from ...tolerance import declared
 from .blob import parse_seq_state
-from .native import Context, ContextSettings, Model
+from .native import Context, Model
 
 PATHS = ("keep", "replay")
 ZERO_ROW_KEEPS = ("restore", "seq_rm")
@@ -58,7 +59,9 @@ class LlamaState:
     finalizer: object = None
 
 
-class LlamaCppPort:
+class LlamaCppPort(ReferenceLoops):
+    """llama.cpp's own speculative loop lives in its common library, outside the C API: the loops are the reference ones."""
+
     commit_paths = PATHS
 
     def __init__(self, model: Model, *, name: str | None = None, draft_seed: int = 0, tolerance=FP32,
@@ -98,10 +101,7 @@ class LlamaCppPort:
         return self._run(state, [token])
 
     def verify(self, state: LlamaState, tokens: Sequence[int], *, path: str) -> Rows:
-        if path not in self.commit_paths:
-            raise ValueError(f"commit path {path!r} is not one of {self.commit_paths}")
-        if state.pending is not None:
-            raise RuntimeError("verify() while a verify is pending: commit it first")
+        check_verify(self, state, path)
         pend = Pending(state.ctx.save(), [int(t) for t in tokens], state.length)
         out = self._run(state, tokens)
         state.pending = pend
@@ -112,12 +112,7 @@ class LlamaCppPort:
         state.length = pend.start
 
     def commit(self, state: LlamaState, accepted_rows: int, *, path: str, replay_check: bool = False) -> None:
-        pend = state.pending
-        if pend is None:
-            raise RuntimeError("commit() without a pending verify")
-        if not 0 <= accepted_rows <= len(pend.rows):
-            raise ValueError(f"accepted_rows={accepted_rows} is outside 0..{len(pend.rows)} (the verify's rows)")
-        state.pending = None
+        pend = take_pending(state, accepted_rows)
         kept = pend.rows[:accepted_rows]
         if path == "replay":
             self._restore(state, pend)
@@ -162,14 +157,6 @@ class LlamaCppPort:
     def make_draft(self):
         return NgramDraft(self.vocab_size, seed=self.draft_seed)
 
-    # -- loops (llama.cpp's own speculative loop lives in its common library, outside the C API) -------
-    def generate(self, prompt, *, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None) -> list[int]:
-        return plain_generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-
-    def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
-                             seed: int | None = None, commit_path: str | None = None):
-        return reference_speculative_generate(self, prompt, draft, max_new_tokens=max_new_tokens, k=k,
-                                              temperature=temperature, seed=seed, commit_path=commit_path)
 
     def describe(self) -> dict:
         s = self.model.settings
