@@ -49,6 +49,24 @@ def test_the_shipped_port_passes_the_same_check(llama):
     assert report.counts[("keep", 15, 0)] == 1
 
 
+def test_keep_falls_back_to_restore_and_rerun_where_llama_cpp_refuses_the_rollback(llama):
+    """With 2 recurrent snapshots llama.cpp refuses a rollback of more than 2 rows (seq_rm returns false, as on
+    qwen3next always): the keep path then restores the saved state and re-runs the kept rows in one batch."""
+    from pytest_specverify.adapters.llama_cpp.native import ContextSettings, Model
+    from pytest_specverify.adapters.llama_cpp.port import LlamaCppPort
+
+    shipped = _port(llama)
+    port = LlamaCppPort(Model(shipped.model.path, ContextSettings(n_rs_seq=2)))
+    st = port.new_state()
+    port.prefill(st, PROMPT)
+    port.verify(st, [1, 2, 3, 4], path="keep")
+    assert not st.ctx.seq_rm(len(PROMPT) + 1)  # 3 rows back: refused, and the state is left as it was
+    port.commit(st, 1, path="keep")
+    assert port.state_arrays(st)["kv.positions"].tolist() == list(range(len(PROMPT) + 1))
+    report = commit_equivalence(port, PROMPT, [0, 1, 3, 7], profile(port.tolerance))
+    assert report.counts[("keep", 7, 1)] == 1
+
+
 def test_flash_attention_drifts_where_the_default_does_not(llama):
     """llama.cpp's CPU flash attention computes with f16 K/V: at ~1000 tokens the decode and a one-pass prefill
     drift past logprob_max (checkpoint seed 3; measured 8e-4 to 1.2e-3 over checkpoint seeds 0 and 3 and four fills,

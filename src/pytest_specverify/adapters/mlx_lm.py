@@ -189,6 +189,11 @@ class MlxLmPort(ReferenceLoops):
     def state_arrays(self, state: MlxState):
         return cache_arrays(state.cache)
 
+    def close(self, state: MlxState) -> None:
+        """The optional protocol method: the state's arrays are let go now (MLX frees them with their last reference)."""
+        state.cache.clear()
+        state.pending = None
+
     # -- vocabulary and draft ----------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         return byte_encode(text, self.vocab_size)
