@@ -1,30 +1,23 @@
-"""A Hugging Face Qwen3.5 text checkpoint folder -> a float32 GGUF file llama.cpp loads (arch ``qwen35``).
+"""A Hugging Face Qwen3.5 text / Qwen3-Next checkpoint folder -> a float32 GGUF file llama.cpp loads (arch
+``qwen35`` / ``qwen3next``).
 
-Built on the ``gguf`` package (``pip install gguf``: the writer and llama.cpp's tensor-name table);
-llama.cpp's own converter is a script, not a package, so this module states the conversion itself. It
-is meant for the small seeded checkpoints tests make (``tiny_models.tiny_gguf``), written in float32
-so that the port is compared with its reference at float32 rounding.
-
-What differs between the HF layout and llama.cpp's ``qwen35`` graph (each is a line below):
-
-* the RMSNorm weights HF stores as ``w`` and applies as ``1 + w`` are stored as ``1 + w`` (every norm but
-  the delta-net's gated norm, which HF applies as ``w``);
-* ``A_log`` is stored as ``A = -exp(A_log)`` (``ssm_a``) and ``dt_bias`` as ``ssm_dt.bias``;
-* the conv1d weight ``[C, 1, K]`` loses its middle axis;
-* with fewer key heads than value heads, HF orders the value heads grouped by key head
-  (``[k0: v0 v1, k1: v0 v1]``) and ggml broadcasts tiled (``[k0 k1, k0 k1]``): every value-head axis (the
-  V rows of ``in_proj_qkv``, ``in_proj_z``, ``in_proj_a`` / ``_b``, ``A_log``, ``dt_bias``, the conv's V
-  channels and ``out_proj``'s columns) is permuted to the tiled order;
-* the M-RoPE sections cover every rotary pair with the t / h / w position (``mrope_sections``);
-* the tokenizer is ``none`` with ``vocab_size`` dummy tokens: the tests feed ids, not text.
+Built on the ``gguf`` package (``pip install gguf``: the writer and llama.cpp's tensor-name table); llama.cpp's
+own converter is a script, not a package, so the conversion is stated here: the metadata below, the tensor
+rules in ``gguf_tensors``. It is meant for the small seeded checkpoints tests make (``tiny_models.tiny_gguf``),
+written in float32 so that the port is compared with its reference at float32 rounding. The M-RoPE sections of
+``qwen35`` cover every rotary pair with the t / h / w position (``mrope_sections``); the tokenizer is ``none``
+with ``vocab_size`` dummy tokens: the tests feed ids, not text. llama.cpp's ``qwen3next`` graph has a mixture
+of experts with a shared expert in every layer, so only such Qwen3-Next folders convert.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from . import gguf_tensors
+
 #: HF model types this writer converts, and the llama.cpp arch each becomes
-ARCHS = {"qwen3_5_text": "qwen35", "qwen3_5": "qwen35"}
+ARCHS = {"qwen3_5_text": "qwen35", "qwen3_5": "qwen35", "qwen3_next": "qwen3next"}
 
 
 class GGUFConversionError(ValueError):
@@ -48,60 +41,6 @@ def _text_config(folder: Path) -> dict:
     return {**cfg, **cfg.get("text_config", {})} if "text_config" in cfg else cfg
 
 
-def tiled_v_heads(a, axis: int, k_heads: int, v_per_k: int, head_dim: int):
-    """Value heads along ``axis`` from HF's grouped order to ggml's tiled order (see the module docstring)."""
-    import numpy as np
-
-    a = np.moveaxis(np.asarray(a), axis, 0)
-    rest = a.shape[1:]
-    a = a.reshape(k_heads, v_per_k, head_dim, *rest).swapaxes(0, 1).reshape(k_heads * v_per_k * head_dim, *rest)
-    return np.ascontiguousarray(np.moveaxis(a, 0, axis))
-
-
-def _linear_attn(name: str, a, cfg: dict):
-    """The delta-net tensors in llama.cpp's form: the name it is looked up under, the array."""
-    import numpy as np
-
-    hk, hv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
-    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
-    r = hv // hk
-
-    def tiled(x, axis, head_dim):
-        return tiled_v_heads(x, axis, hk, r, head_dim) if r > 1 else x
-
-    leaf = name.rsplit("linear_attn.", 1)[1]
-    if leaf == "in_proj_qkv.weight":
-        qk = 2 * hk * dk
-        a = np.concatenate([a[:qk], tiled(a[qk:], 0, dv)])
-    elif leaf == "in_proj_z.weight":
-        a = tiled(a, 0, dv)
-    elif leaf in ("in_proj_a.weight", "in_proj_b.weight"):
-        a = tiled(a, 0, 1)
-    elif leaf == "A_log":
-        a = -np.exp(tiled(a, 0, 1).astype(np.float64))
-    elif leaf == "dt_bias":
-        a, name = tiled(a, 0, 1), name.replace("dt_bias", "dt_proj.bias")
-    elif leaf == "conv1d.weight":
-        a = a.reshape(a.shape[0], a.shape[-1])
-        qk = 2 * hk * dk
-        a = np.concatenate([a[:qk], tiled(a[qk:], 0, dv)])
-    elif leaf == "out_proj.weight":
-        a = tiled(a, 1, dv)
-    return name, a
-
-
-def convert_tensor(name: str, a, cfg: dict):
-    """(llama.cpp's HF-side name, float32 array) for one HF tensor."""
-    import numpy as np
-
-    a = np.asarray(a, np.float32)
-    if ".linear_attn." in name:
-        name, a = _linear_attn(name, a, cfg)
-    elif name.endswith("norm.weight"):
-        a = a + np.float32(1.0)  # HF applies (1 + w) in these RMSNorms
-    return name, np.ascontiguousarray(a, dtype=np.float32)
-
-
 def mrope_sections(rope_dim: int) -> list[int]:
     """llama.cpp's 4 interleaved M-RoPE sections for text: rotary pair ``j`` reads the t / h / w position when
     ``j % 3`` is 0 / 1 / 2 and ``j < 3 * section``, else the 4th position, which a text token leaves at 0 (no
@@ -123,15 +62,20 @@ def write_gguf(folder: "str | Path", out: "str | Path") -> Path:
     model_type = cfg.get("model_type")
     if model_type not in ARCHS:
         raise GGUFConversionError(f"{folder}: model_type {model_type!r} is not one of {sorted(ARCHS)}; this writer "
-                                  f"converts dense Qwen3.5 text checkpoints")
+                                  f"converts dense Qwen3.5 text and Qwen3-Next checkpoints")
     arch = ARCHS[model_type]
+    if arch == "qwen3next" and (not cfg.get("num_experts") or cfg.get("mlp_only_layers")
+                                or cfg.get("decoder_sparse_step", 1) != 1 or not cfg.get("shared_expert_intermediate_size")):
+        raise GGUFConversionError(f"{folder}: llama.cpp's qwen3next graph needs a mixture of experts with a shared expert "
+                                  f"in every layer (num_experts > 0, decoder_sparse_step 1, no mlp_only_layers, "
+                                  f"shared_expert_intermediate_size > 0)")
     n_layer = int(cfg["num_hidden_layers"])
     interval = int(cfg.get("full_attention_interval", 4))
     types = cfg.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
                                        for i in range(n_layer)]
     if cfg["linear_key_head_dim"] != cfg["linear_value_head_dim"]:
         raise GGUFConversionError(f"{folder}: linear_key_head_dim {cfg['linear_key_head_dim']} != linear_value_head_dim "
-                                  f"{cfg['linear_value_head_dim']}; llama.cpp's qwen35 graph uses one head size for both")
+                                  f"{cfg['linear_value_head_dim']}; llama.cpp's {arch} graph uses one head size for both")
     rope = cfg.get("rope_parameters") or {}
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
     rope_dim = int(head_dim * rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25)))
@@ -147,7 +91,13 @@ def write_gguf(folder: "str | Path", out: "str | Path") -> Path:
     w.add_value_length(head_dim)
     w.add_rope_freq_base(float(rope.get("rope_theta", cfg.get("rope_theta", 1e4))))
     w.add_rope_dimension_count(rope_dim)
-    w.add_rope_dimension_sections(mrope_sections(rope_dim))
+    if arch == "qwen35":
+        w.add_rope_dimension_sections(mrope_sections(rope_dim))
+    else:
+        w.add_expert_count(int(cfg["num_experts"]))
+        w.add_expert_used_count(int(cfg["num_experts_per_tok"]))
+        w.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
+        w.add_expert_shared_feed_forward_length(int(cfg["shared_expert_intermediate_size"]))
     w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
     w.add_ssm_conv_kernel(int(cfg["linear_conv_kernel_dim"]))
     w.add_ssm_state_size(int(cfg["linear_key_head_dim"]))
@@ -163,13 +113,12 @@ def write_gguf(folder: "str | Path", out: "str | Path") -> Path:
 
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), n_layer)
     tensors = _hf_tensors(folder)
-    for hf_name in sorted(tensors):
-        name, a = convert_tensor(hf_name, tensors[hf_name], cfg)
-        if hf_name == "lm_head.weight" and cfg.get("tie_word_embeddings"):
-            continue
+    if cfg.get("tie_word_embeddings"):
+        tensors.pop("lm_head.weight", None)
+    for name, a in gguf_tensors.convert_all(tensors, cfg, arch):
         new = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
-            raise GGUFConversionError(f"{folder}: tensor {hf_name!r} has no llama.cpp {arch} name; is it a {model_type} "
+            raise GGUFConversionError(f"{folder}: tensor {name!r} has no llama.cpp {arch} name; is it a {model_type} "
                                       f"text checkpoint (a multimodal or MTP tensor cannot be converted here)?")
         w.add_tensor(new, np.ascontiguousarray(a, np.float32))
     out.parent.mkdir(parents=True, exist_ok=True)
