@@ -92,7 +92,15 @@ def _set(d, key, value):
         d[key] = value
 
 
-_DEL = object()
+class _Deleted:
+    """The key is removed. Its repr is the test id: an object()'s address differs between xdist workers, and
+    workers that collect different ids abort the run."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DEL = _Deleted()
 CAPTURE_PAYLOAD = [
     ("step_ms", 0, "payload.step_ms is 0 (int)"),
     ("step_ms", -2.5, "finite number > 0"),
