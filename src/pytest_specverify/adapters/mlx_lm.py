@@ -26,7 +26,7 @@ from typing import Any, Sequence
 from ..helpers.loop import ReferenceLoops
 from ..helpers.ngram import NgramDraft
 from ..helpers.snapshot import check_verify, take_pending
-from ..protocol import PortOptions, Rows, byte_encode
+from ..protocol import NotSupported, PortOptions, Rows, byte_encode
 
 PATHS = ("keep", "replay")
 TINY = ("tiny-qwen3_5", "tiny-qwen3_next")
@@ -169,8 +169,6 @@ class MlxLmPort(ReferenceLoops):
         return out
 
     def commit(self, state: MlxState, accepted_rows: int, *, path: str, replay_check: bool = False) -> None:
-        from ..protocol import NotSupported
-
         rw = take_pending(state, accepted_rows)
         kept = rw.rows[:accepted_rows]
         if path == "keep" and accepted_rows == len(rw.rows):
@@ -200,7 +198,6 @@ class MlxLmPort(ReferenceLoops):
 
     def make_draft(self):
         return NgramDraft(self.vocab_size, seed=self.draft_seed)
-
 
 
 def load_folder(folder):

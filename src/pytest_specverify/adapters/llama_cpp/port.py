@@ -7,11 +7,11 @@ Commit paths:
   refuses (``seq_rm`` returns false: an arch without recurrent rollback such as ``qwen3next``, or more
   rows than ``n_rs_seq``), the state saved before the verify is restored and the kept rows re-run in one
   batch. A commit that keeps *no* row is always restored from the saved state, never ``seq_rm``:
-  llama.cpp bug (0.3.36's vendored llama.cpp, ``llama_memory_recurrent::seq_rm``): removing every row of
-  the last decode is accepted (returns true) but the delta-net state before that decode was never
-  snapshotted, so it stays the one after the decode (tiny checkpoints: off by 1.0-1.7, the next logits by
-  0.2-3.1) while the KV and the conv window are rolled back right. ``zero_row_keep="seq_rm"`` keeps the bug, for the test that shows the battery
-  catches it.
+  a llama.cpp bug (the llama.cpp llama-cpp-python 0.3.36 vendors, ``llama_memory_recurrent::seq_rm``):
+  removing every row of the last decode is accepted (returns true) but the delta-net state before that
+  decode was never snapshotted, so it stays the one after the decode (tiny checkpoints: off by 1.0-1.7, the
+  next logits by 0.2-3.1) while the KV and the conv window are rolled back right. ``zero_row_keep="seq_rm"``
+  keeps the bug, for the test that shows the battery catches it.
 * ``replay`` - restore the saved state, then one ``llama_decode`` per kept row.
 
 ``commit(..., replay_check=True)`` runs the port's own replay check: the kept state is compared, within
@@ -41,6 +41,7 @@ ZERO_ROW_KEEPS = ("restore", "seq_rm")
 #: (tests/plugin/test_llama_cpp_port.py). Positions (``kv.positions``) are integers: any difference fails.
 FP32 = declared(name="llama.cpp-fp32", atol=3e-4, rtol=1e-4, tie_margin=1e-3,
                 kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4)})
+
 
 @dataclass
 class Pending:
@@ -156,7 +157,6 @@ class LlamaCppPort(ReferenceLoops):
 
     def make_draft(self):
         return NgramDraft(self.vocab_size, seed=self.draft_seed)
-
 
     def describe(self) -> dict:
         s = self.model.settings
