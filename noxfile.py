@@ -1,7 +1,7 @@
 """Sessions: ``host`` (CI, no NPU), ``device`` (needs an NPU; fails without one), ``bench``
-(benchmarks, writes docs/benchmarks.md), ``kernels`` (needs the mlir-aie toolchain), ``train`` (the
-built-in pair), ``llama`` / ``mlx`` (the specverify battery on llama.cpp / mlx-lm, on 4 seeds), ``lint``.
-Every session forwards ``session.posargs``."""
+(benchmarks, writes docs/benchmarks.md), ``bench-scale`` (real model shapes, the scale table of that page),
+``kernels`` (needs the mlir-aie toolchain), ``train`` (the built-in pair), ``llama`` / ``mlx`` (the specverify
+battery on llama.cpp / mlx-lm, on 4 seeds), ``lint``. Every session forwards ``session.posargs``."""
 from __future__ import annotations
 
 import os
@@ -67,6 +67,17 @@ def bench(session: nox.Session) -> None:
     # The page is rendered from this very run (plus the host-int report's own measurements), not a second one.
     session.run("python", "tools/make_benchmarks_md.py", "--from-json", ".bench/bench.json", "--command", "nox -s bench",
                 env=env)
+
+
+@nox.session(python="3.11", default=False, tags=["bench"], name="bench-scale")
+def bench_scale(session: nox.Session) -> None:
+    """Real model shapes, synthesized (needs ~16 GiB of memory, ~35 GB of disk, ~30 min): docs/benchmarks.md's scale table."""
+    session.install("--upgrade", "pip")
+    session.install("-e", ".[fast,cli]")
+    # BLAS at one thread as everywhere; numba keeps its threads: the delta rule runs a call's heads on the
+    # GEMM backend's thread count, which each row sets (1 and 2 threads, interleaved)
+    env = {k: v for k, v in ONE_THREAD.items() if k != "NUMBA_NUM_THREADS"}
+    session.run("python", "tools/scale_report.py", "--write", "docs/benchmarks.md", *session.posargs, env=env)
 
 
 @nox.session(python="3.11", default=False, tags=["device"])

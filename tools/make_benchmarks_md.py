@@ -363,6 +363,10 @@ def main(argv=None) -> int:
 
     old = out.read_text() if out.exists() else ""
     text = splice(text, render_moe(data, command) or current_section(old))  # §11: this run's MoE figures, else the page's
+    from scale_report import BEGIN, END  # the scale section is nox -s bench-scale's: kept as the page has it
+
+    if BEGIN in old and END in old:
+        text = text.rstrip("\n") + "\n\n" + BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
     plot(points, png)
     atomic_write_text(out, text)
     print(f"wrote {out} and {png}", file=sys.stderr)

@@ -23,3 +23,18 @@ def test_copy_and_errors():
     assert copy_seconds(src, dst) >= 0 and np.array_equal(src, dst)
     with pytest.raises(ValueError, match="threads = 0"):
         ReadStream(nbytes=10, threads=0)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_native_read_stream_reads_every_byte(threads):
+    from onebit_engine.gemm.host_int import native
+
+    if not native.available("avx2"):
+        pytest.skip("the native host-int library does not build here")
+    lib = native.load("main")
+    buf = np.zeros(3 * 2**16 + 5, np.uint8)
+    for where, bit in ((0, 1), (2**16 + 3, 4), (buf.size - 1, 64)):  # first byte, mid-job, the tail past 64-byte steps
+        buf[where] |= bit
+        rs = ReadStream(threads=threads, buf=buf, native=lib)
+        assert rs.parts_max() == int(np.bitwise_or.reduce(buf)) and rs.seconds() > 0
+        rs.close()

@@ -82,3 +82,14 @@ class StreamWriter:
             self.close()
         else:
             self._f.close()
+
+
+def copy_tensors(path: "str | Path", refs: dict, metadata: dict | None = None) -> None:
+    """Write checkpoint tensors (``lazy.TensorRef``) into a new file in their stored dtype, a block at a time."""
+    with StreamWriter(path, [(n, r.dtype, r.shape) for n, r in refs.items()], metadata) as w:
+        for n, r in refs.items():
+            if not r.shape:
+                w.write(n, r.load())
+                continue
+            for lo, hi in r.blocks():
+                w.write(n, r.read(lo, hi), partial=True)

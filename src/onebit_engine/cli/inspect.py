@@ -58,9 +58,8 @@ def describe(path: "str | Path") -> dict[str, Any]:
     if p.is_dir():
         raw = read_config(p)
         tensors = _tensors(checkpoint_files(p))
-        archs = raw.get("architectures") or []
         source = str(p / "config.json")
-        if "dflash_config" in raw or (isinstance(archs, list) and any("DFlash" in str(a) for a in archs)):
+        if models.folder_kind(raw) == "draft":
             from ..draft import DraftConfig
 
             c = DraftConfig.from_hf(raw, source=source)
@@ -143,27 +142,9 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def is_projection(name: str, arr: np.ndarray) -> bool:
+def is_projection(name: str, arr) -> bool:
     """2-D weights a GEMM multiplies (not the embedding table, the selector codebooks or norms)."""
-    return arr.ndim == 2 and name.endswith(".weight") and "embed_tokens" not in name and "codebook" not in name
-
-
-def _write_servable_folder(dest: Path, source: Path, tensors: dict, quantized: dict) -> None:
-    """A folder ``load_target`` serves: config.json, the other tensors as they were, quantized.safetensors.
-    Written into a temporary sibling folder and renamed (``atomic_folder``): a failed run leaves nothing."""
-    import shutil
-
-    from safetensors.numpy import save_file
-
-    from ..atomic import atomic_folder
-    from ..checkpoint.safetensors import QUANT_FILE
-    from ..quant import save_quantized
-
-    with atomic_folder(dest) as tmp:
-        shutil.copyfile(source / "config.json", tmp / "config.json")
-        rest = {n: np.ascontiguousarray(a) for n, a in tensors.items() if n not in quantized}
-        save_file(rest, str(tmp / "model.safetensors"))
-        save_quantized(tmp / QUANT_FILE, quantized)
+    return len(arr.shape) == 2 and name.endswith(".weight") and "embed_tokens" not in name and "codebook" not in name
 
 
 def _check_config(folder: Path, *, servable: bool) -> None:
@@ -180,42 +161,68 @@ def _check_config(folder: Path, *, servable: bool) -> None:
         DraftConfig.from_hf(raw)
 
 
+def _stored_dtype(w) -> str:
+    """The safetensors dtype a projection is stored in (a fused expert's rows: its fused tensor's)."""
+    from ..checkpoint.lazy import TensorRef
+
+    while not isinstance(w, TensorRef):
+        w = getattr(w, "src", None)
+        if w is None:
+            return "F32"
+    return w.dtype
+
+
 def cmd_quantize(args) -> int:
-    from ..atomic import atomic_write_with
-    from ..checkpoint.safetensors import load_folder_tensors
-    from ..quant import quantize_weight, save_quantized
+    """Quantize a float checkpoint's projections, reading, quantizing and writing a block of rows at a time
+    (no weight is ever whole in memory); the other tensors are copied in their stored dtype."""
+    from ..atomic import atomic_folder, atomic_path
+    from ..checkpoint.safetensors import QUANT_FILE, folder_refs
+    from ..checkpoint.writer import copy_tensors
+    from ..hybrid.moe_weights import split_fused_experts
+    from ..quant.rows import as_rows
+    from ..quant.stream_write import write_quantized
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
-    from ..hybrid.moe_weights import split_fused_experts
-
-    _check_config(folder, servable=not str(args.out).endswith(".safetensors"))
-    tensors = split_fused_experts(load_folder_tensors(folder))  # fused 3-D experts: one projection per expert
-    chosen = {n: a for n, a in sorted(tensors.items()) if is_projection(n, a)}
+    servable = not str(args.out).endswith(".safetensors")
+    _check_config(folder, servable=servable)
+    refs = split_fused_experts(folder_refs(folder))  # fused 3-D experts: one projection per expert
+    chosen = {n: a for n, a in sorted(refs.items()) if is_projection(n, a)}
     if not chosen:
         raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize")
     bad = value_problems(chosen)  # the load-time rule, before any work: no code quantizes a NaN or an integer
     if bad:
         raise WeightError(f"{folder}: cannot quantize: {'; '.join(bad)}; re-export the weights (float dtypes, finite values)")
-    out, rows = {}, []
-    with ui.Bar(len(chosen), "quantize", ui.progress_enabled(args)) as bar:
-        for name, w in chosen.items():
-            w32 = np.asarray(w, np.float32)
-            qw = quantize_weight(w32, args.format)
-            err = float(np.linalg.norm(qw.dequantize() - w32) / max(np.linalg.norm(w32), 1e-30))
-            out[name] = qw
-            rows.append({"name": name, "shape": list(w.shape), "float_bytes": int(w32.nbytes), "bytes": qw.nbytes, "rel_error": err})
-            bar(1)
-    if str(args.out).endswith(".safetensors"):
-        atomic_write_with(args.out, lambda tmp: save_quantized(tmp, out))
-    else:
-        _write_servable_folder(Path(args.out), folder, tensors, out)
+    sources = {n: as_rows(a) for n, a in chosen.items()}
+    total = sum(src.shape[0] for src in sources.values())
+    ui.note(args, f"quantizing {len(sources)} projections of {folder} to {args.format}")
+    with ui.Bar(total, "quantize", ui.progress_enabled(args)) as bar:
+        if not servable:
+            with atomic_path(args.out) as tmp:
+                written = write_quantized(tmp, sources, args.format, bar)
+        else:
+            import shutil
+
+            with atomic_folder(Path(args.out)) as tmp:
+                shutil.copyfile(folder / "config.json", tmp / "config.json")
+                copy_tensors(tmp / "model.safetensors", {n: r for n, r in refs.items() if n not in chosen}, {"format": "pt"})
+                written = write_quantized(tmp / QUANT_FILE, sources, args.format, bar)
+    rows = []
+    for w in written:
+        dtype = _stored_dtype(chosen[w.name])
+        itemsize = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}.get(str(dtype), 4)
+        rows.append({"name": w.name, "shape": list(w.shape), "stored_dtype": str(dtype), "stored_bytes": w.shape[0] * w.shape[1] * itemsize,
+                     "bytes": w.bytes, "rel_error": w.rel_error})
+    dtypes = sorted({r["stored_dtype"] for r in rows})
     info = {"command": "quantize", "model": str(folder), "format": args.format, "out": str(args.out), "weights": rows,
-            "float_bytes": sum(r["float_bytes"] for r in rows), "bytes": sum(r["bytes"] for r in rows)}
+            "stored_dtypes": dtypes, "stored_bytes": sum(r["stored_bytes"] for r in rows), "bytes": sum(r["bytes"] for r in rows)}
     if args.json:
         ui.print_json(info)
         return 0
-    print(ui.table(["weight", "shape", "float32 bytes", f"{args.format} bytes", "rel. error"],
-                   [(r["name"], "x".join(map(str, r["shape"])), r["float_bytes"], r["bytes"], r["rel_error"]) for r in rows], digits=4))
-    print(f"\n{len(rows)} projections, {info['float_bytes'] / 2**20:.2f} MiB float32 -> {info['bytes'] / 2**20:.2f} MiB {args.format} "
-          f"-> {args.out} (" + ("read it back with `onebit inspect " + str(args.out) + "`" if str(args.out).endswith(".safetensors") else "run it with `onebit loop --model " + str(args.out) + " --backend host-int`") + ")")
+    print(ui.table(["weight", "shape", "stored as", "stored bytes", f"{args.format} bytes", "rel. error"],
+                   [(r["name"], "x".join(map(str, r["shape"])), r["stored_dtype"], r["stored_bytes"], r["bytes"], r["rel_error"])
+                    for r in rows], digits=4))
+    how = ("read it back with `onebit inspect " + str(args.out) + "`" if not servable
+           else "run it with `onebit loop --model " + str(args.out) + " --backend host-int`")
+    print(f"\n{len(rows)} projections, {info['stored_bytes'] / 2**20:.2f} MiB stored as {'/'.join(dtypes)} -> "
+          f"{info['bytes'] / 2**20:.2f} MiB {args.format} (codes and per-row scales) -> {args.out} ({how})")
     return 0

@@ -85,8 +85,8 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
     if config.version == 2:
         selector = CandidateSelector(
             hidden_projection=lin("candidate_selector.hidden_projection.weight"),
-            predecessor_codebook=vec(_CODEBOOKS[0]),
-            successor_codebook=vec(_CODEBOOKS[1]),
+            predecessor_codebook=RowTable(tensors[_CODEBOOKS[0]]),  # kept as stored: the walk reads a few rows
+            successor_codebook=RowTable(tensors[_CODEBOOKS[1]]),
             top_k=config.selector_top_k,
         )
     return Draft(

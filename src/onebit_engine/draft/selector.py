@@ -27,7 +27,8 @@ F32 = np.float32
 
 @dataclass(frozen=True)
 class CandidateSelector:
-    """``hidden_projection`` Linear H -> r; codebooks float32 [V, r]; ``top_k`` candidates per row."""
+    """``hidden_projection`` Linear H -> r; codebooks [V, r] (float32 arrays, or lookup tables kept in their
+    stored form: rows widened when read); ``top_k`` candidates per row."""
 
     hidden_projection: Linear
     predecessor_codebook: np.ndarray
@@ -48,18 +49,25 @@ class CandidateSelector:
         hp = self.hidden_projection(hidden)  # [n, r]
         n, v = logits.shape
         q = np.zeros((n, v), F32)
+        # The walk reads only the anchor's and the candidates' codebook rows: gather them (a codebook may be a
+        # lookup table kept in its stored form, quant.table.RowTable) and walk on local ids - the same rows,
+        # the same arithmetic, the same bits as walking the whole tables.
+        ids = np.unique(np.concatenate([[int(anchor)], cand.ravel()]))  # sorted
+        pred, succ = _rows(self.predecessor_codebook, ids), _rows(self.successor_codebook, ids)
+        local, start = np.searchsorted(ids, cand), int(np.searchsorted(ids, int(anchor)))
         if temperature <= 0:
-            tokens = walk(unary, hp, self.predecessor_codebook, self.successor_codebook, cand, int(anchor))
+            tokens = ids[walk(unary, hp, pred, succ, local, start)]
             q[np.arange(n), tokens] = 1.0
             return tokens, q
         tokens = np.empty(n, np.int64)
-        prev = int(anchor)
+        prev = start
         for t in range(n):  # sequential: each step's candidate set is scored against the last pick
-            score = unary[t] + pair(self.predecessor_codebook[prev], hp[t], self.successor_codebook, cand[t])
+            score = unary[t] + pair(pred[prev], hp[t], succ, local[t])
             qt = softmax(score / F32(temperature))
             j = sample_index(qt, rng)
             q[t, cand[t]] = qt
-            prev = tokens[t] = int(cand[t, j])
+            prev = int(local[t, j])
+            tokens[t] = ids[prev]
         return tokens, q
 
     def select_slow(self, hidden: np.ndarray, logits: np.ndarray, anchor: int) -> np.ndarray:
@@ -74,14 +82,21 @@ class CandidateSelector:
         for t in range(n):
             order = sorted(range(v), key=lambda i: (-float(logits[t, i]), i))[: self.top_k]
             best, best_score = -1, -np.inf
+            pred = np.asarray(self.predecessor_codebook[prev], np.float64)  # row prev, [r]
             for tok in order:
                 s = float(logits[t, tok])
+                succ = np.asarray(self.successor_codebook[tok], np.float64)
                 for r in range(hp.shape[1]):
-                    s += float(self.predecessor_codebook[prev, r]) * hp[t, r] * float(self.successor_codebook[tok, r])
+                    s += float(pred[r]) * hp[t, r] * float(succ[r])
                 if s > best_score:
                     best, best_score = tok, s
             tokens[t] = prev = best
         return tokens
+
+
+def _rows(table, ids: np.ndarray) -> np.ndarray:
+    """Rows ``ids`` of a codebook as float32 [len(ids), r] (an array or a ``RowTable``)."""
+    return np.ascontiguousarray(table[ids], dtype=F32)
 
 
 def top_candidates(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -31,10 +31,11 @@ class Replays(Protocol):
     def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> GDNLayerState: ...
 
 
-def replay_layer(mixer: Replays, record: VerifyRecord, layer: int, accepted: int) -> GDNLayerState:
-    """Snapshot + the first ``accepted`` recorded rows of ``layer``, replayed by its own mixer."""
-    return mixer.replay(record.snapshot[layer], record.mixed[layer][:accepted], record.alpha[layer][:accepted],
-                        record.beta[layer][:accepted])
+def replay_layer(mixer: Replays, record: VerifyRecord, layer: int, accepted: int, *, in_place: bool = False) -> GDNLayerState:
+    """Snapshot + the first ``accepted`` recorded rows of ``layer``, replayed by its own mixer (``in_place``:
+    into the snapshot itself, for a commit that needs it no more)."""
+    args = (record.snapshot[layer], record.mixed[layer][:accepted], record.alpha[layer][:accepted], record.beta[layer][:accepted])
+    return mixer.replay(*args, in_place=True) if in_place else mixer.replay(*args)
 
 
 def commit_verify(mixers: Mapping[int, Replays], state: TargetState, accepted_rows: int, *, path: str,
@@ -54,13 +55,21 @@ def commit_verify(mixers: Mapping[int, Replays], state: TargetState, accepted_ro
         raise StateError("commit path 'checkpoint' needs the per-row states: call verify(..., checkpoints=True)")
     full = accepted == record.rows
     for i in record.snapshot:
+        # No copies beyond the verify's snapshot: the record is dropped below, so the state taken from it is
+        # not shared, and the buffers no longer used go to state.spare for the next snapshot (not with
+        # replay_check, whose reference replay reads the snapshot again).
         if path == "keep" and full:
-            continue  # the batch's own recurrence already left exactly this state
-        if path == "checkpoint":
+            chosen = state.layers[i]  # the batch's own recurrence already left exactly this state
+        elif path == "checkpoint":
             chosen = record.per_row[i][accepted - 1] if accepted else record.snapshot[i]
-            state.layers[i] = chosen.copy()
+            chosen = chosen.copy() if replay_check else chosen
         else:
-            state.layers[i] = replay_layer(mixers[i], record, i, accepted)
+            chosen = replay_layer(mixers[i], record, i, accepted, in_place=not replay_check)
+        if not replay_check:
+            unused = record.snapshot[i] if chosen is state.layers[i] else state.layers[i]
+            if unused is not chosen:
+                state.spare[i] = unused
+        state.layers[i] = chosen
     for st in state.layers:
         if isinstance(st, KVCache):
             st.truncate(record.start_pos + accepted)

@@ -92,11 +92,13 @@ class GatedDeltaNet:
         y = self._rows_compiled(proj, n, st, layer, recorder) if self.compiled else self._rows_numpy(proj, n, st, layer, recorder)
         return self.out_proj(y)
 
-    def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> GDNLayerState:
+    def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray, *,
+               in_place: bool = False) -> GDNLayerState:
         """The state ``len(mixed)`` steps leave after ``snapshot``, from a verify's recorded inputs
-        (mixed [a, C], alpha and beta [a, HV]): the same per-token code the forward ran, no GEMM."""
+        (mixed [a, C], alpha and beta [a, HV]): the same per-token code the forward ran, no GEMM.
+        ``in_place``: advance ``snapshot`` itself (a commit that has no further use for it) instead of a copy."""
         c = self.cfg
-        st = snapshot.copy()
+        st = snapshot if in_place else snapshot.copy()
         if self.compiled:
             gdn_replay_fast(st.conv, st.recurrent, mixed, alpha, beta, self.conv_weight,
                             c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim)

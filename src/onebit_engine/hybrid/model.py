@@ -22,6 +22,7 @@ from ..errors import ConfigError, ContextLimitError, StateError
 from ..gemm import Linear, get_backend
 from ..gemm.base import GemmBackend
 from ..ops.gated_delta_fast import gdn_mixer_rows
+from ..ops.gated_delta_fast import set_threads as set_gdn_threads
 from ..ops.norm import rms_norm_zc
 from ..quant.io import open_quantized
 from ..quant.table import RowTable
@@ -88,7 +89,7 @@ class Target:
         self._check_free(state, "verify")
         toks = self._tokens(tokens, state)
         gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
-        snapshot = {i: state.layers[i].copy() for i in gdn}
+        snapshot = {i: state.snapshot(i) for i in gdn}
         recorder = Recorder(checkpoints)
         start = state.pos
         out = self._run(toks, state, recorder, head=logits)
@@ -103,6 +104,7 @@ class Target:
 
     def commit(self, state: TargetState, accepted_rows: int, *, path: str = "keep", replay_check: bool = False) -> None:
         """Keep the first ``accepted_rows`` rows of the last verify (see ``commit.py``)."""
+        self._share_threads()
         mixers = {i: layer.mixer for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"}
         commit_verify(mixers, state, accepted_rows, path=path, replay_check=replay_check)
 
@@ -138,7 +140,14 @@ class Target:
         # Linear runs the product in row sets (padding them where the backend needs it), the norm is per row
         return self.lm_head(self.final_norm(np.ascontiguousarray(last_hidden, dtype=F32)))
 
+    def _share_threads(self) -> None:
+        """The compiled delta rule runs its heads on as many threads as the GEMM backend has (its
+        ``threads``, read now: a caller may change it between calls); the bits do not depend on it."""
+        if self.recurrence == "numba":
+            set_gdn_threads(getattr(self.backend, "threads", 1))
+
     def _run(self, toks: np.ndarray, state: TargetState, recorder: Recorder | None, head: bool = True) -> Output:
+        self._share_threads()
         cfg, rs = self.config, self.row_set
         T, L, D = len(toks), cfg.num_hidden_layers, cfg.hidden_size
         logits = np.empty((T, cfg.vocab_size if head else 0), F32)

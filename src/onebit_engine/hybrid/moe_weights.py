@@ -98,18 +98,19 @@ def _expert_rows(arr, e: int, lo: int, hi: int):
 
 def split_fused_experts(tensors: dict) -> dict:
     """Config-free: every fused 3-D ``experts.gate_up_proj`` [E, 2 I, D] / ``experts.down_proj`` [E, D, I]
-    as per-expert 2-D projections (so ``onebit quantize`` quantizes each expert like a dense weight);
-    other tensors unchanged."""
+    as per-expert 2-D projections (so ``onebit quantize`` quantizes each expert like a dense weight; a
+    checkpoint tensor's experts stay lazy row sources); other tensors unchanged."""
     out = {}
     for name, arr in tensors.items():
         base = name[: -len(".weight")] if name.endswith(".weight") else name
-        if np.ndim(arr) == 3 and base.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+        if len(arr.shape) == 3 and base.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
             p = base[: base.rindex("experts.") + len("experts.")]
             parts = ("gate_proj", "up_proj") if base.endswith("gate_up_proj") else ("down_proj",)
             rows = arr.shape[1] // len(parts)
             for e in range(arr.shape[0]):
                 for j, part in enumerate(parts):
-                    out[f"{p}{e}.{part}.weight"] = np.ascontiguousarray(arr[e, j * rows : (j + 1) * rows])
+                    piece = _expert_rows(arr, e, j * rows, (j + 1) * rows)
+                    out[f"{p}{e}.{part}.weight"] = np.ascontiguousarray(piece) if isinstance(piece, np.ndarray) else piece
         else:
             out[name] = arr
     return out

@@ -9,7 +9,7 @@ per-row inputs, and on the ``checkpoint`` path the state after every row).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,6 +56,18 @@ class TargetState:
     layers: list
     pos: int = 0
     pending: VerifyRecord | None = None
+    # delta-net layer buffers no one uses, kept for the next verify's snapshot: copying a 27B's 151 MB of
+    # state into fresh memory costs its page faults again every round, into a reused buffer only the copy
+    spare: dict = field(default_factory=dict, repr=False)
+
+    def snapshot(self, i: int) -> GDNLayerState:
+        """A copy of delta-net layer ``i``'s state, in a spare buffer when there is one of its shape."""
+        live, buf = self.layers[i], self.spare.pop(i, None)
+        if buf is None or buf.conv.shape != live.conv.shape or buf.recurrent.shape != live.recurrent.shape:
+            return live.copy()
+        np.copyto(buf.conv, live.conv)
+        np.copyto(buf.recurrent, live.recurrent)
+        return buf
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every live array, named ``layer.{i}.{conv|recurrent|keys|values}`` (KV cut to its length)."""

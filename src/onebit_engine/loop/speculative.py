@@ -198,19 +198,22 @@ def _no_phase(name: str) -> None:
 def speculative_round(
     target, draft: DraftLike, state, dstate, last: int, n: int, *, temperature: float = 0.0,
     rng: np.random.Generator | None = None, commit_path: str = "keep", replay_check: bool = False,
-    label: str = "", phase: Callable[[str], None] = _no_phase,
+    label: str = "", phase: Callable[[str], None] = _no_phase, lazy_logits: bool = True,
 ) -> Round:
     """One round from the anchor ``last``: draft ``n`` tokens, verify ``[last, d1..dn]`` (n + 1 rows),
     accept (greedy at T = 0, rejection sampling at T > 0), ``commit(a + 1)``, append the kept rows' taps
     to the draft's context. No timing: ``phase("draft" | "verify" | "commit")`` is called as each part
-    ends (the driver's clock). ``label`` prefixes a NumericalError of the acceptance (where in the run)."""
+    ends (the driver's clock). ``label`` prefixes a NumericalError of the acceptance (where in the run).
+    ``lazy_logits``: compute the verify's logits a block of rows at a time, up to the first rejection (pays
+    where the lm_head is compute-bound: its weights in the CPU cache); False: every row in one lm_head call
+    (pays where its weights stream from memory: one pass over them instead of up to three)."""
     sampling = temperature > 0
     prop = draft.propose(dstate, last, n, temperature=temperature, rng=rng if sampling else None)
     drafts = [int(t) for t in np.asarray(prop.tokens).reshape(-1)[:n]]
     phase("draft")
     # A target that can compute a verify's logits later (``Target.logits``) skips the lm_head of the rows
     # past the first rejection; any other target returns them all from verify.
-    lazy = {"logits": False} if callable(getattr(target, "logits", None)) else {}
+    lazy = {"logits": False} if lazy_logits and callable(getattr(target, "logits", None)) else {}
     ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"), **lazy)
     rows = RowLogits(len(drafts) + 1, lambda lo, hi: target.logits(ver.hidden[lo:hi, -1])) if lazy else ver.logits
     try:
@@ -241,11 +244,13 @@ def speculative_generate(
     target, draft: DraftLike, prompt: Sequence[int], *, max_new_tokens: int, k: int | None = None,
     temperature: float = 0.0, fallback: "str | FallbackPolicy | None" = None, commit_path: str = "keep",
     replay_check: bool = False, seed: int | None = None, stop_tokens: Sequence[int] | None = None,
+    lazy_logits: bool = True,
 ) -> SpecResult:
     """Speculative decoding of ``max_new_tokens`` tokens. ``k``: drafts per round (default block - 1).
 
     ``fallback``: None (never), ``"break-even"`` (finish with plain steps once the last 3 rounds were
     slower per token than a measured plain step) or a callable ``(rounds, step_ms) -> bool``.
+    ``lazy_logits``: see :func:`speculative_round` (same output either way; only the cost differs).
     The result's ``provenance`` is left empty: a caller that reports computes it
     (``measure.provenance.loop_provenance``).
     """
@@ -308,7 +313,8 @@ def speculative_generate(
         ta = time.perf_counter()
         r = speculative_round(target, draft, state, dstate, last, n, temperature=temperature, rng=rng,
                               commit_path=commit_path, replay_check=replay_check,
-                              label=f"round {len(rounds) + 1} (after token {len(out) - 1})", phase=clock)
+                              label=f"round {len(rounds) + 1} (after token {len(out) - 1})", phase=clock,
+                              lazy_logits=lazy_logits)
         te = time.perf_counter()
         tb, tc, td = marks["draft"], marks["verify"], marks["commit"]
         emitted = emit(r.tokens)

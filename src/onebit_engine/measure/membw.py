@@ -1,9 +1,11 @@
 """Memory bandwidth probes for the benchmarks (tools/host_int_report.py, tests/bench).
 
-``ReadStream`` is the roofline of a kernel that only reads its weights: the max of a uint8 buffer far
-larger than the caches, split into ``threads`` contiguous parts reduced on that many Python threads
-(numpy releases the GIL inside the reduction). On the 2-vCPU Zen 3 VM it reads as fast as a
-hand-written AVX2 load loop (~13 GB/s on 1 thread, ~20 GB/s on 2, measured side by side).
+``ReadStream`` is the roofline of a kernel that only reads its weights: one read of a uint8 buffer far
+larger than the caches. By default the max of ``threads`` contiguous parts reduced on that many Python
+threads (numpy releases the GIL inside the reduction): on the 2-vCPU Zen 3 VM as fast as a hand-written
+AVX2 load loop (~13 GB/s on 1 thread, ~20 GB/s on 2, measured side by side), but on Zen 5 it stops at
+~35 GB/s on 2 threads where the host-int kernel itself streams ~60. With ``native`` (the host-int
+library) the read is that library's own loop on its own pool, which is the bound the kernel can reach.
 ``copy_seconds`` is the older yardstick, a numpy copy (read + write bytes are both counted).
 """
 from __future__ import annotations
@@ -17,8 +19,11 @@ import numpy as np
 class ReadStream:
     """``seconds()`` times one read of ``nbytes``; ``parts_max()`` is the value it reduces to."""
 
-    def __init__(self, nbytes: int = 128 * 2**20, threads: int = 1, buf: "np.ndarray | None" = None):
-        """``buf``: a uint8 buffer to read (shared by streams of other thread counts), else a new one."""
+    def __init__(self, nbytes: int = 128 * 2**20, threads: int = 1, buf: "np.ndarray | None" = None, native=None):
+        """``buf``: a uint8 buffer to read (shared by streams of other thread counts), else a new one.
+        ``native``: the host-int library (``NativeKernel``): read with its ``read_stream`` on its own thread
+        pool, 64-byte loads with its kernels' prefetch, instead of numpy reductions on Python threads."""
+        self.native = native
         nbytes = nbytes if buf is None else buf.nbytes
         if threads < 1 or nbytes < threads:
             raise ValueError(f"threads = {threads} and nbytes = {nbytes}: need 1 <= threads <= nbytes")
@@ -26,13 +31,15 @@ class ReadStream:
         self.threads = threads
         edges = [nbytes * i // threads for i in range(threads + 1)]
         self.parts = [self.buf[a:b] for a, b in zip(edges, edges[1:])]
-        self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        self._pool = ThreadPoolExecutor(threads) if threads > 1 and native is None else None
 
     @property
     def nbytes(self) -> int:
         return int(self.buf.nbytes)
 
     def parts_max(self) -> int:
+        if self.native is not None:
+            return self.native.read_stream(self.buf, self.threads)
         if self._pool is None:
             return int(self.parts[0].max())
         return int(max(self._pool.map(np.max, self.parts)))

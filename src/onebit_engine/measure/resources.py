@@ -28,11 +28,18 @@ def free_disk(folder: Path) -> int:
     return shutil.disk_usage(p).free
 
 
-def serve_bytes(target_bytes: int, draft_bytes: int, codebook_bytes: int, extra: int = 0) -> int:
+def serve_bytes(target_bytes: int, draft_bytes: int, extra: int = 0) -> int:
     """Memory to serve a quantized pair on host-int: its packed weights (the files' bytes: the tiles hold the
-    same codes), the draft's codebooks widened to float32 (twice their float16 bytes) and the working set."""
-    return target_bytes + draft_bytes + codebook_bytes + WORKING_BYTES + extra
+    same codes; the lookup tables, mapped, count as if read whole) and the working set."""
+    return target_bytes + draft_bytes + WORKING_BYTES + extra
 
 
 def gib(n: "int | None") -> str:
     return "unknown" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def last_level_cache_bytes() -> "int | None":
+    """The last-level cache's bytes (``regime.last_level_cache``: sysfs, else sysconf), or None."""
+    from .regime import last_level_cache
+
+    return last_level_cache().size

@@ -72,8 +72,10 @@ def step_bytes(target) -> dict[str, int]:
 
 def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: int, max_new_tokens: int, repeats: int,
                     threads: Sequence[int], set_threads: Callable[[int], None], seed: int = 0,
-                    progress: Callable[[int], None] | None = None, stream_bytes: int = STREAM_BYTES) -> dict[str, Any]:
-    """Measure (see the module docstring); returns the ``results`` part of the JSON document."""
+                    progress: Callable[[int], None] | None = None, stream_bytes: int = STREAM_BYTES,
+                    lazy_logits: bool = True) -> dict[str, Any]:
+    """Measure (see the module docstring); returns the ``results`` part of the JSON document.
+    ``lazy_logits``: the loop's choice (``speculative_generate``): False where the lm_head streams from memory."""
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
 
@@ -84,11 +86,13 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
     set_threads(max(threads))
     truth = generate(target, prompt, max_new_tokens=max_new_tokens, stop_tokens=()).tokens  # warm-up and the oracle's truth
     oracle = OracleDraft(draft, truth, len(prompt), prof, target.config.vocab_size, seed=seed)
-    loop = lambda: speculative_generate(target, oracle, prompt, max_new_tokens=max_new_tokens, k=k, stop_tokens=())  # noqa: E731
+    loop = lambda: speculative_generate(target, oracle, prompt, max_new_tokens=max_new_tokens, k=k, stop_tokens=(),  # noqa: E731
+                                        lazy_logits=lazy_logits)
     loop()  # warm-up: the draft's compiled ops, first-touch memory
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # load + decode, before the stream's buffer
     buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
-    streams = {t: ReadStream(threads=t, buf=buf) for t in threads}
+    lib = getattr(target.backend, "_native", None)  # the host-int library: its own read loop, on its own pool
+    streams = {t: ReadStream(threads=t, buf=buf, native=lib) for t in threads}
     variants = [(kind, t) for t in threads for kind in ("plain", "loop", "stream")]
     rates: dict = {v: [] for v in variants}
     rounds: dict[int, list] = {t: [] for t in threads}

@@ -15,19 +15,19 @@ from .exp_fast import expf
 
 try:
     import numba as nb
+    from numba import prange
 except ImportError:  # numba is the optional `fast` extra
     nb = None
+    prange = range
 
 F32 = np.float32
 
 
-def _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o):
-    """One token, in place. Shapes: conv [C, K-1] and S [HV, dk, dv] are updated; mixed [C]; alpha,
-    beta [HV]; w [C, K]; o [HV, dv] is written; x [C], q, k [n_k_heads, dk], mem [dv] are scratch."""
+def _prep(conv, mixed, w, n_k_heads, dk, x, q, k):
+    """A token's conv (+ SiLU) and l2-normed, scaled q and k, in place. Shapes: conv [C, K-1] is advanced;
+    mixed [C]; w [C, K]; x [C] (the conv output: q | k | v channels), q, k [n_k_heads, dk] are written."""
     C, km1 = conv.shape
     K = w.shape[1]
-    HV = S.shape[0]
-    r = HV // n_k_heads
     key_dim = n_k_heads * dk
     one = np.float32(1.0)
     # Loops over channels innermost (they vectorize); per channel the same operations in the same order
@@ -59,28 +59,128 @@ def _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o):
         for i in range(dk):
             q[g, i] = (x[g * dk + i] * iq) * scale
             k[g, i] = x[key_dim + g * dk + i] * ik
+
+
+def _head(Sh, a, b, kg, qg, v, mem, oh, read_out):
+    """The delta rule on one value head, in place: Sh [dk, dv] (decayed by a, the rank-1 write of the
+    b-scaled error), and with ``read_out`` oh [dv] = q^T S after the write. kg, qg [dk]; v [dv]."""
+    dk, dv = Sh.shape
+    for j in range(dv):
+        mem[j] = np.float32(0.0)
+    for i in range(dk):
+        ki = kg[i]
+        for j in range(dv):
+            s = Sh[i, j] * a  # 1. decay
+            Sh[i, j] = s
+            mem[j] += ki * s  # 2. read with the key
+    for j in range(dv):
+        mem[j] = (v[j] - mem[j]) * b  # 3. delta
+    if read_out:
+        for j in range(dv):
+            oh[j] = np.float32(0.0)
+        for i in range(dk):
+            ki = kg[i]
+            qi = qg[i]
+            for j in range(dv):
+                s = Sh[i, j] + ki * mem[j]  # 4. rank-1 write
+                Sh[i, j] = s
+                oh[j] += qi * s  # 5. read-out after the write
+    else:  # a commit's replay needs the state only: step 4 alone, the same bits of S
+        for i in range(dk):
+            ki = kg[i]
+            for j in range(dv):
+                Sh[i, j] = Sh[i, j] + ki * mem[j]
+
+
+def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
+    """The delta rule on one value head for rows 0..n-1 in turn, in place: Sh [dk, dv]; alphas, betas [n];
+    ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written.
+
+    Row t's write and read-out (steps 4-5) and row t + 1's decay and read (steps 1-2) touch each element of
+    S once, in one sweep: the same operations on the same values in the same order as running
+    :func:`_head` row after row (each element of mem still sums over i in ascending order), so the same
+    bits, with one pass over the head's state per row instead of two."""
+    n = alphas.shape[0]
+    dk, dv = Sh.shape
+    mem = np.zeros(dv, np.float32)
+    nxt = np.empty(dv, np.float32)
+    if n == 0:
+        return
+    a = alphas[0]
+    for i in range(dk):  # row 0: 1. decay, 2. read
+        ki = ks[0, i]
+        for j in range(dv):
+            s = Sh[i, j] * a
+            Sh[i, j] = s
+            mem[j] += ki * s
+    for t in range(n):
+        b = betas[t]
+        for j in range(dv):
+            mem[j] = (vs[t, j] - mem[j]) * b  # 3. delta of row t
+        ot = o[t]
+        for j in range(dv):
+            ot[j] = np.float32(0.0)
+        if t + 1 == n:  # the last row: 4. write, 5. read-out
+            for i in range(dk):
+                ki = ks[t, i]
+                qi = qs[t, i]
+                if read_out:
+                    for j in range(dv):
+                        s = Sh[i, j] + ki * mem[j]
+                        Sh[i, j] = s
+                        ot[j] += qi * s
+                else:
+                    for j in range(dv):
+                        Sh[i, j] = Sh[i, j] + ki * mem[j]
+            return
+        a2 = alphas[t + 1]
+        for j in range(dv):
+            nxt[j] = np.float32(0.0)
+        for i in range(dk):
+            ki = ks[t, i]
+            qi = qs[t, i]
+            k2 = ks[t + 1, i]
+            if read_out:
+                for j in range(dv):
+                    s = Sh[i, j] + ki * mem[j]  # 4. write (row t)
+                    ot[j] += qi * s  # 5. read-out (row t)
+                    s2 = s * a2  # 1. decay (row t + 1)
+                    Sh[i, j] = s2
+                    nxt[j] += k2 * s2  # 2. read (row t + 1)
+            else:
+                for j in range(dv):
+                    s2 = (Sh[i, j] + ki * mem[j]) * a2
+                    Sh[i, j] = s2
+                    nxt[j] += k2 * s2
+        for j in range(dv):
+            mem[j] = nxt[j]
+
+
+def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
+    """:func:`_head_rows` on every value head (head h reads key head h // r): S [HV, dk, dv]; alphas, betas
+    [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv); o [n, HV, dv]. Heads are
+    independent, so they run in parallel (numba's threads, :func:`set_threads`): the bits cannot depend on it."""
+    HV, _, dv = S.shape
+    n = alphas.shape[0]
+    for h in prange(HV):
+        g = h // r
+        oh = np.empty((n, dv), np.float32)
+        _head_rows(S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
+                   xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
+        if read_out:
+            o[:, h] = oh
+
+
+def _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o):
+    """One token, in place. Shapes: conv [C, K-1] and S [HV, dk, dv] are updated; mixed [C]; alpha,
+    beta [HV]; w [C, K]; o [HV, dv] is written; x [C], q, k [n_k_heads, dk], mem [dv] are scratch."""
+    HV = S.shape[0]
+    r = HV // n_k_heads
+    v0 = 2 * n_k_heads * dk
+    _prep(conv, mixed, w, n_k_heads, dk, x, q, k)
     for h in range(HV):
         g = h // r  # value head h reads key head h // r
-        a = alpha[h]
-        for j in range(dv):
-            mem[j] = np.float32(0.0)
-        for i in range(dk):
-            ki = k[g, i]
-            for j in range(dv):
-                s = S[h, i, j] * a  # 1. decay
-                S[h, i, j] = s
-                mem[j] += ki * s  # 2. read with the key
-        for j in range(dv):
-            mem[j] = (x[2 * key_dim + h * dv + j] - mem[j]) * beta[h]  # 3. delta
-        for j in range(dv):
-            o[h, j] = np.float32(0.0)
-        for i in range(dk):
-            ki = k[g, i]
-            qi = q[g, i]
-            for j in range(dv):
-                s = S[h, i, j] + ki * mem[j]  # 4. rank-1 write
-                S[h, i, j] = s
-                o[h, j] += qi * s  # 5. read-out after the write
+        _head(S[h], alpha[h], beta[h], k[g], q[g], x[v0 + h * dv : v0 + (h + 1) * dv], mem, o[h], True)
 
 
 def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
@@ -104,63 +204,93 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
     neg_A, dt_bias [HV]; norm_w [dv]; out [R, HV*dv] (rows >= n are zeroed). rec_* [n, C] / [n, HV]
     receive each row's recurrence inputs, and ck_conv [n, C, K-1], ck_S [n, HV, dk, dv] the state after
     each row (pass arrays with a zero first dimension to skip either).
+
+    Rows first go through the conv one by one (its window is sequential); then the delta rule runs head
+    by head, every row of a head in turn, so a head's S (64 KB at dk = dv = 128) stays in the core's cache
+    for all rows instead of the whole state (3 MB a 27B layer) streaming through it once per row. Each
+    row and head sees the operations of :func:`_token` in the same order: the same bits.
     """
     C = conv.shape[0]
     HV = S.shape[0]
     zd = HV * dv
+    r = HV // n_k_heads
+    v0 = 2 * n_k_heads * dk
     one = np.float32(1.0)
-    x = np.empty(C, np.float32)
-    q = np.empty((n_k_heads, dk), np.float32)
-    k = np.empty((n_k_heads, dk), np.float32)
+    xs = np.empty((n, C), np.float32)
+    qs = np.empty((n, n_k_heads, dk), np.float32)
+    ks = np.empty((n, n_k_heads, dk), np.float32)
+    alphas = np.empty((n, HV), np.float32)
+    betas = np.empty((n, HV), np.float32)
     mem = np.empty(dv, np.float32)
-    o = np.empty((HV, dv), np.float32)
-    alpha = np.empty(HV, np.float32)
-    beta = np.empty(HV, np.float32)
+    o = np.empty((n, HV, dv), np.float32)
     for t in range(n):
         for h in range(HV):
             b = proj[t, C + zd + h]
-            beta[h] = one / (one + expf(-b))
+            betas[t, h] = one / (one + expf(-b))
             a = proj[t, C + zd + HV + h] + dt_bias[h]
             sp = a if a > np.float32(20.0) else np.float32(np.log1p(expf(a)))  # torch softplus, threshold 20
-            alpha[h] = expf(neg_A[h] * sp)
-        mixed = proj[t, :C]
-        _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o)
+            alphas[t, h] = expf(neg_A[h] * sp)
+        _prep(conv, proj[t, :C], w, n_k_heads, dk, xs[t], qs[t], ks[t])
         if rec_mixed.shape[0]:
-            rec_mixed[t] = mixed
-            rec_alpha[t] = alpha
-            rec_beta[t] = beta
+            rec_mixed[t] = proj[t, :C]
+            rec_alpha[t] = alphas[t]
+            rec_beta[t] = betas[t]
         if ck_conv.shape[0]:
             ck_conv[t] = conv
-            ck_S[t] = S
+    if ck_S.shape[0]:  # the state after every row is wanted: row by row
+        for h in range(HV):
+            g = h // r  # value head h reads key head h // r
+            for t in range(n):
+                _head(S[h], alphas[t, h], betas[t, h], ks[t, g], qs[t, g], xs[t, v0 + h * dv : v0 + (h + 1) * dv], mem,
+                      o[t, h], True)
+                ck_S[t, h] = S[h]
+    else:
+        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True)
+    for t in range(n):
         for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
             ss = np.float32(0.0)
             for j in range(dv):
-                ss += o[h, j] * o[h, j]
+                ss += o[t, h, j] * o[t, h, j]
             inv = one / np.sqrt(ss / np.float32(dv) + eps)
             for j in range(dv):
                 zz = proj[t, C + h * dv + j]
-                out[t, h * dv + j] = (norm_w[j] * (o[h, j] * inv)) * (zz * (one / (one + expf(-zz))))
+                out[t, h * dv + j] = (norm_w[j] * (o[t, h, j] * inv)) * (zz * (one / (one + expf(-zz))))
     for t in range(n, out.shape[0]):
         for c in range(out.shape[1]):
             out[t, c] = np.float32(0.0)
 
 
 def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
-    """Rows 0..len(mixed)-1 of recorded inputs through :func:`_token`, in place (a commit's replay)."""
-    x = np.empty(conv.shape[0], np.float32)
-    q = np.empty((n_k_heads, dk), np.float32)
-    k = np.empty((n_k_heads, dk), np.float32)
-    mem = np.empty(dv, np.float32)
-    o = np.empty((S.shape[0], dv), np.float32)
-    for t in range(mixed.shape[0]):
-        _token(conv, S, mixed[t], alpha[t], beta[t], w, n_k_heads, dk, dv, x, q, k, mem, o)
+    """Rows 0..len(mixed)-1 of recorded inputs, in place (a commit's replay): the conv row by row, then the
+    delta rule head by head, rows in order, without the read-out (only the state is wanted)."""
+    n = mixed.shape[0]
+    HV = S.shape[0]
+    r = HV // n_k_heads
+    v0 = 2 * n_k_heads * dk
+    xs = np.empty((n, conv.shape[0]), np.float32)
+    qs = np.empty((n, n_k_heads, dk), np.float32)
+    ks = np.empty((n, n_k_heads, dk), np.float32)
+    for t in range(n):
+        _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
+    _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
 
 
 if nb is not None:
     _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
+    _prep = _jit(_prep)
+    _head = _jit(_head)
+    _head_rows = _jit(_head_rows)
+    _heads = nb.njit(cache=True, nogil=True, error_model="numpy", parallel=True)(_heads)
     _token = _jit(_token)
     gdn_token_fast = _jit(_token_copy)
     gdn_mixer_rows = _jit(_mixer_rows)
     gdn_replay_fast = _jit(_replay)
 else:
     gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = None
+
+
+def set_threads(n: int) -> None:
+    """Threads the compiled delta rule spreads a call's heads over (at most numba's, at least 1). The caller
+    that owns the thread budget sets it (the target: its GEMM backend's thread count)."""
+    if nb is not None:
+        nb.set_num_threads(max(1, min(int(n), nb.config.NUMBA_NUM_THREADS)))

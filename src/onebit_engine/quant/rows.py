@@ -152,14 +152,16 @@ def as_rows(w) -> RowSource:
     raise TypeError(f"cannot read rows of a {type(w).__name__}; give an array, a QuantWeight or a row source")
 
 
-def blocks(src: RowSource, block_bytes: int = BLOCK_BYTES) -> list[tuple[int, int]]:
-    """(lo, hi) ranges of about ``block_bytes`` of float32 rows, each starting at a multiple of ALIGN."""
+def blocks(src: RowSource, block_bytes: "int | None" = None) -> list[tuple[int, int]]:
+    """(lo, hi) ranges of about ``block_bytes`` (default BLOCK_BYTES) of float32 rows, each starting at a
+    multiple of ALIGN."""
+    block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
     n, k = src.shape
     step = max(ALIGN, block_bytes // max(1, 4 * k) // ALIGN * ALIGN)
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
-def quantized_blocks(src: RowSource, fmt: str, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[int, QuantWeight]]:
+def quantized_blocks(src: RowSource, fmt: str, block_bytes: "int | None" = None) -> Iterator[tuple[int, QuantWeight]]:
     """(lo, the rows' QuantWeight) block by block: a float source is quantized to ``fmt`` a block at a
     time (the bits of ``quantize_weight`` on the whole weight: scales and codes are per row); a
     quantized one is passed through in its own format."""

@@ -47,10 +47,12 @@ class RowTable:
             rows = self._rows[ids]
             return rows if self._dtype is None else widen(np.asarray(rows), self._dtype)
         fmt, data, scale = self._quant
-        picked = np.arange(self.shape[0])[ids]  # numpy's indexing rules, on row numbers
-        flat = np.atleast_1d(picked)
+        picked = _row_numbers(ids, self.shape[0])
+        flat = np.atleast_1d(picked).reshape(-1)
+        if flat.size == 0:
+            return np.zeros((*np.shape(picked), self.shape[1]), np.float32)
         out = unpack_codes(fmt, np.ascontiguousarray(data[flat]), self.shape[1]).astype(np.float32) * scale[flat][:, None]
-        return out if np.ndim(picked) else out[0]
+        return out.reshape(*np.shape(picked), self.shape[1])
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         whole = self[:]
@@ -63,3 +65,17 @@ class RowTable:
             _, data, scale = self._quant
             return int(scale.nbytes + (0 if isinstance(data, np.memmap) else data.nbytes))
         return 0 if isinstance(self._rows, np.memmap) else int(self._rows.nbytes)
+
+
+def _row_numbers(ids, n: int) -> np.ndarray:
+    """The rows ``ids`` names under numpy's rules for a table of n rows (negative ids count from the end; an
+    id out of range raises IndexError), without building all n row numbers."""
+    if isinstance(ids, slice):
+        return np.arange(*ids.indices(n))
+    a = np.asarray(ids)
+    if a.dtype.kind not in "iu" and a.size:
+        raise IndexError(f"table rows must be integer ids, got {a.dtype}")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < -n or a.max() >= n):
+        raise IndexError(f"row id out of range for a table of {n} rows")
+    return np.where(a < 0, a + n, a)

@@ -137,7 +137,7 @@ def _spread_taps(n_layers: int, count: int = 5) -> tuple[int, ...]:
 def _scaled_draft(t: TargetConfig, mask: int) -> DraftRecipe:
     heads = 32 if t.hidden_size >= 2048 else t.hidden_size // 64
     inter = t.intermediate_size if t.moe is None else 3 * t.hidden_size
-    return DraftRecipe(5, heads, heads // 4, 128, inter, _spread_taps(t.num_hidden_layers), 8, mask)
+    return DraftRecipe(5, heads, max(1, heads // 4), 128, inter, _spread_taps(t.num_hidden_layers), 8, mask)
 
 
 def _dense(name: str, *, vocab: int, hidden: int, layers: int, heads: int, kv: int, inter: int, hk: int, hv: int,

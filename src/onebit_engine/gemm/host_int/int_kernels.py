@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - exercised by forcing kernel="numpy"
 
 HAVE_NUMBA = numba is not None
 KERNEL_SETS = {
-    "avx512vnni": "c-avx512vnni-dpbusd-t16-v1",
+    "avx512vnni": "c-avx512vnni-dpbusd-t16-v2",  # v2: 8 KiB prefetch distance, no K blocks
     "avx2": "c-avx2-maddubs-t8-v6",
     "avx512vnni-emulated": "c-avx512vnni-emulated-t16-v1",  # tests only: the VNNI source on scalar intrinsics
     "numba": "numba-i16madd-nb16-v1",

@@ -28,10 +28,10 @@
 #define MAX_ROWS 16
 #define MAX_THREADS 64
 #define MAX_JOBS 256
-/* Default K blocks, per path: avx2 none (blocks holding 16 KiB of activations were 1-7% slower at 8 and
- * 16 rows on 4096 x 4096, shuffled A/B), vnni 16 KiB of the rows' activations per block, half of L1 (the
- * suggested design; not measured: no AVX-512 machine here). */
-static const int64_t KB_ACT_BYTES[2] = {0, 16384};
+/* Default K blocks, per path: none (avx2: blocks holding 16 KiB of activations were 1-7% slower at 8 and
+ * 16 rows on 4096 x 4096, shuffled A/B on Zen 3; vnni: 16 KiB blocks made 8-row calls 20-30% slower than
+ * one pass on Zen 5, cold 4096 x 4096 and 17408 x 5120, int8 and int4: the weight stream stays sequential). */
+static const int64_t KB_ACT_BYTES[2] = {0, 0};
 
 static const int CPB[3] = {1, 2, 4};              /* codes per packed byte */
 static const int BIAS[2][3] = {{0, 8, 1}, {128, 8, 1}}; /* [path][fmt]: stored field = code + BIAS */
@@ -121,7 +121,7 @@ int onebit_hi_path_ok(int path) {
     return 0;
 }
 
-int onebit_hi_abi_version(void) { return 3; }
+int onebit_hi_abi_version(void) { return 3; } /* 3: tile_block, read_stream */
 
 /* ---- the tiled product ---------------------------------------------------------------------------- */
 /* 8 channels at a time (a scalar loop was ~8% of the instructions of an 8-row call at K = 768); a partial
@@ -323,4 +323,51 @@ int onebit_hi_matmul(const hi_weight_t *W, const char *x, int64_t m, char *y, in
 /* The exact integer product of codes xq int8 [m, k] (natural order) -> acc int32 [m, n]. */
 int onebit_hi_gemm_int(const hi_weight_t *W, const int8_t *xq, int64_t m, int32_t *acc, int threads, int64_t kb) {
     return run(W, NULL, xq, m, NULL, acc, threads, kb);
+}
+
+/* ---- the read stream: the bound of a kernel that only reads its weights ------------------------------ */
+/* Reads n bytes once, 64 at a time, prefetching as the tile kernels do, on `threads` pooled threads (the
+ * same pool, so the same threads a GEMM call gets); returns the OR of every byte (so no read is elided).
+ * Its twin is numpy's bitwise_or.reduce (measure/membw.py). Time it to get memory bandwidth as this
+ * library can use it: numpy's own reductions do not reach it on every CPU. */
+typedef struct {
+    const uint8_t *p;
+    int64_t n;
+    uint8_t out;
+} stream_job_t;
+
+static void stream_job(void *arg) {
+    stream_job_t *j = (stream_job_t *)arg;
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 64 <= j->n; i += 64) {
+        __builtin_prefetch((const char *)((uintptr_t)j->p + (uintptr_t)(i + PREFETCH_AHEAD_VNNI)));
+        a = _mm256_or_si256(a, _mm256_loadu_si256((const __m256i *)(j->p + i)));
+        b = _mm256_or_si256(b, _mm256_loadu_si256((const __m256i *)(j->p + i + 32)));
+    }
+    uint8_t lanes[32], o = 0;
+    _mm256_storeu_si256((__m256i *)lanes, _mm256_or_si256(a, b));
+    for (int l = 0; l < 32; l++) o |= lanes[l];
+    for (; i < j->n; i++) o |= j->p[i];
+    j->out = o;
+}
+
+int onebit_hi_read_stream(const uint8_t *buf, int64_t n, int threads) {
+    if (!buf || n < 0 || threads < 1 || threads > MAX_THREADS) return -2;
+    stream_job_t jobs[MAX_JOBS];
+    int64_t nj = threads == 1 ? 1 : (16 * threads < MAX_JOBS ? 16 * threads : MAX_JOBS);
+    int64_t step = ((n + nj - 1) / nj + 63) / 64 * 64; /* nj steps cover n */
+    for (int64_t i = 0; i < nj; i++) {
+        int64_t lo = i * step < n ? i * step : n, hi = (i + 1) * step < n ? (i + 1) * step : n;
+        jobs[i] = (stream_job_t){buf + lo, hi - lo, 0};
+    }
+    if (threads == 1) {
+        stream_job(jobs);
+    } else {
+        team_t team = {stream_job, (char *)jobs, sizeof(stream_job_t), (int)nj, 0};
+        team_run(&team, threads);
+    }
+    uint8_t o = 0;
+    for (int64_t i = 0; i < nj; i++) o |= jobs[i].out;
+    return o;
 }

@@ -146,6 +146,8 @@ class NativeKernel:
         self._tile_block = lib.onebit_hi_tile_block
         self._tile_block.argtypes = [p, i64, i64, i64, c_int, c_int, i64, p, p]
         self._tile_block.restype = c_int
+        lib.onebit_hi_read_stream.argtypes = [p, i64, c_int]
+        lib.onebit_hi_read_stream.restype = c_int
         lib.onebit_hi_plan.argtypes = [p, i64, c_int, p]
         lib.onebit_hi_plan.restype = c_int
         self.data_off = _array_data_offset()
@@ -195,6 +197,16 @@ class NativeKernel:
                               PATH_IDS[path], tiles.shape[1], tiles.ctypes.data, None if ccorr is None else ccorr.ctypes.data)
         if rc:
             raise RuntimeError(f"native tile_block failed with code {rc} ({fmt}, {path}, data {data.shape}, tiles {tiles.shape})")
+
+    def read_stream(self, buf: np.ndarray, threads: int) -> int:
+        """Read every byte of ``buf`` (uint8, C-contiguous) once on ``threads`` pooled threads; the OR of the
+        bytes (numpy's ``bitwise_or.reduce`` is its twin). Timed, it is the memory bandwidth this library gets."""
+        if buf.dtype != np.uint8 or not buf.flags.c_contiguous:
+            raise ValueError("read_stream reads a C-contiguous uint8 buffer")
+        rc = self.lib.onebit_hi_read_stream(buf.ctypes.data, buf.size, threads)
+        if rc < 0:
+            raise ValueError(f"read_stream: bad arguments (threads={threads})")
+        return rc
 
     def gemm_int(self, xq: np.ndarray, tw: TiledWeight, threads: int, kb: int = 0) -> np.ndarray:
         """Exact int32 ``xq [m, k] @ codes.T`` for int8 C-contiguous codes, 1 <= m <= 16."""

@@ -1,0 +1,59 @@
+"""``onebit synth`` and ``onebit bench --shape`` as a user runs them: strict JSON, the figures the issue
+names, refusals with the memory or disk a run needs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onebit_engine.cli import main
+from onebit_engine.measure import resources
+
+
+def _json(capsys):
+    out = capsys.readouterr().out
+    return json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_synth_writes_a_servable_pair(tmp_path, capsys):
+    out = tmp_path / "pair"
+    assert main(["synth", "--shape", "qwen3.6-27b-shrunk", "--format", "ternary", "--out", str(out), "--json"]) == 0
+    info = _json(capsys)
+    assert info["shape"] == "qwen3.6-27b-shrunk" and (out / "target" / "quantized.safetensors").is_file()
+    assert main(["generate", "--model", str(out / "target"), "--prompt-ids", "1 2 3", "--max-new-tokens", "4", "--json"]) == 0
+    assert len(_json(capsys)["tokens"]) == 4
+
+
+def test_synth_refuses_what_this_machine_cannot_serve(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(resources, "available_memory", lambda: 8 << 30)
+    assert main(["synth", "--shape", "qwen3.6-27b", "--format", "int4", "--out", str(tmp_path / "big")]) == 2
+    err = capsys.readouterr().err
+    assert "needs about 1" in err and "GiB of memory" in err and "8.0 GiB available" in err
+    assert not (tmp_path / "big").exists()
+
+
+def test_synth_refuses_a_disk_too_small(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(resources, "free_disk", lambda folder: 1 << 20)
+    assert main(["synth", "--shape", "qwen3.5-0.8b", "--format", "int8", "--out", str(tmp_path / "d"), "--allow-unservable"]) == 2
+    assert "on disk" in capsys.readouterr().err and not (tmp_path / "d" / "target").exists()
+
+
+def test_bench_shape_reports_every_figure(tmp_path, capsys):
+    args = ["bench", "--shape", "qwen3.5-0.8b-shrunk", "--format", "int8", "--acceptance", "0.8", "--cache", str(tmp_path),
+            "--max-new-tokens", "12", "--repeats", "1", "--json"]
+    assert main(args) == 0
+    doc = _json(capsys)
+    r = doc["results"]
+    for key in ("speedup_vs_plain", "plain_bound_share", "identical_to_plain", "peak_rss_bytes", "tokens_per_round",
+                "verify_over_plain_step", "draft_over_plain_step"):
+        assert key in r, key
+    assert r["identical_to_plain"] is True and set(r["phase_ms"]) >= {"draft", "verify", "commit", "plain_step"}
+    assert doc["provenance"]["kernel_hash"] and doc["config"]["profile"].startswith("0.8")
+    assert main(args) == 0 and _json(capsys)["config"]["folder_reused"] is True
+
+
+@pytest.mark.parametrize("extra, msg", [(["--model", "x"], "--model is not used"), (["--k", "9"], "1..7"),
+                                        (["--acceptance", "published"], "no published")])
+def test_bench_shape_refusals(tmp_path, capsys, extra, msg):
+    assert main(["bench", "--shape", "qwen3.5-0.8b-shrunk", "--cache", str(tmp_path), *extra]) == 2
+    assert msg in capsys.readouterr().err

@@ -1,0 +1,230 @@
+"""The scale rows of docs/benchmarks.md: real model shapes, synthesized, each measured in its own process.
+
+    python tools/scale_report.py                     # every row (about 30 min; 16 GiB of memory, 35 GB of disk)
+    python tools/scale_report.py --rows 08b,27b      # some of them
+    python tools/scale_report.py --write docs/benchmarks.md   # and put the table into that page
+
+Rows (each a ``onebit bench --shape`` run, or a load in a fresh process, JSON kept under --json-dir):
+
+* ``rss``: peak RSS of loading a Qwen3.5-0.8B-shaped bf16 checkpoint on host-int int8 and decoding 4 tokens,
+  over the checkpoint's bytes (a fresh process; the checkpoint written by ``onebit synth --format bf16``);
+* ``27b`` / ``27b-seed``: Qwen3.6-27B-shaped int4 with an oracle draft at a = 0.8 (k = 7) and with every draft
+  kept; ``08b`` / ``08b-seed``: Qwen3.5-0.8B-shaped int8; ``35b``: Qwen3.5-35B-A3B-shaped int4 at a = 0.8;
+* ``kernel``: the int8 4096 x 4096 kernel, 1 thread, cold weights, 8 rows / 1 row (tools/host_int_report.py);
+* ``regime``: the regime map of docs/loop.md: 12-layer hybrids from ~6 MB to ~0.9 GB of int8 weights, the
+  loop at a = 0.8 against plain decoding, each size in its own process (where does speculation start to pay?).
+
+This is an edge script: it may read the environment (ONEBIT_CACHE_DIR, through the CLI) and runs
+subprocesses; the library does neither.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- scale:begin (tools/scale_report.py writes this section) -->", "<!-- scale:end -->"
+BENCH = {
+    "27b": ["--shape", "qwen3.6-27b", "--format", "int4", "--acceptance", "0.8", "--k", "7"],
+    "27b-seed": ["--shape", "qwen3.6-27b", "--format", "int4", "--acceptance", "seed", "--k", "7"],
+    "08b": ["--shape", "qwen3.5-0.8b", "--format", "int8", "--acceptance", "0.8", "--k", "7"],
+    "08b-seed": ["--shape", "qwen3.5-0.8b", "--format", "int8", "--acceptance", "seed", "--k", "7"],
+    "35b": ["--shape", "qwen3.5-35b-a3b", "--format", "int4", "--acceptance", "0.8", "--k", "7"],
+}
+ROWS = ["rss", "kernel", *BENCH, "regime"]
+REGIME_HIDDEN = (128, 256, 512, 1024, 2048)  # 12-layer hybrids of these widths, vocab 32000: ~6 MB to ~0.9 GB of int8
+RSS_SCRIPT = """
+import json, os, resource, sys
+from onebit_engine import load_target
+from onebit_engine.gemm import get_backend
+from onebit_engine.loop.generate import generate
+folder = sys.argv[1]
+t = load_target(folder, backend=get_backend("host-int", weight_format="int8"), row_set=16)
+g = generate(t, [1, 2, 3, 4], max_new_tokens=4, stop_tokens=())
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+files = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".safetensors"))
+print(json.dumps({"peak_rss_bytes": peak, "file_bytes": files, "ratio": peak / files, "tokens": g.tokens}))
+"""
+
+
+def _run(cmd: list[str], log) -> str:
+    print("$ " + " ".join(cmd), file=log, flush=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if res.returncode:
+        raise SystemExit(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr.strip()[-2000:]}")
+    return res.stdout
+
+
+def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: int, log) -> dict:
+    json_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    onebit = [sys.executable, "-m", "onebit_engine"]
+    for row in rows:
+        t0 = time.time()
+        if row == "rss":
+            folder = cache / "qwen3.5-0.8b-bf16-s0"
+            if not (folder / "synth.json").is_file():
+                _run(onebit + ["synth", "--shape", "qwen3.5-0.8b", "--format", "bf16", "--out", str(folder), "--json"], log)
+            doc = json.loads(_run([sys.executable, "-c", RSS_SCRIPT, str(folder / "target")], log))
+        elif row == "regime":
+            doc = {"points": [json.loads(_run([sys.executable, "tools/scale_report.py", "--regime-point", str(h),
+                                                "--cache", str(cache), "--repeats", str(repeats)], log)) for h in REGIME_HIDDEN]}
+        elif row == "kernel":
+            text = _run([sys.executable, "tools/host_int_report.py", "kernel", "--threads", "1", "--reps", "40"], log)
+            doc = json.loads(text.strip().splitlines()[-1])
+        else:
+            text = _run(onebit + ["bench", *BENCH[row], "--cache", str(cache), "--repeats", str(repeats),
+                                  "--max-new-tokens", str(tokens), "--json"], log)
+            doc = json.loads(text)
+        doc["wall_seconds"] = time.time() - t0
+        (json_dir / f"{row}.json").write_text(json.dumps(doc, indent=1))
+        out[row] = doc
+        print(f"{row}: done in {doc['wall_seconds']:.0f} s", file=log, flush=True)
+    return out
+
+
+def regime_point(hidden: int, cache: Path, repeats: int) -> dict:
+    """One point of the regime map, measured in this process: a 12-layer hybrid of width ``hidden``."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from onebit_engine import load_draft, load_target
+    from onebit_engine.gemm import get_backend
+    from onebit_engine.hybrid.synthetic import tiny_config
+    from onebit_engine.measure.oracle import profile
+    from onebit_engine.measure.resources import last_level_cache_bytes
+    from onebit_engine.measure.scale_bench import packed_bytes, run_scale_bench
+    from onebit_engine.synth.folder import synthesize
+    from onebit_engine.synth.shapes import Shape, _scaled_draft
+
+    heads = max(1, hidden // 64)
+    t = tiny_config(vocab_size=32000, hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=12,
+                    num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), head_dim=64,
+                    linear_num_key_heads=heads, linear_num_value_heads=heads, linear_key_head_dim=64,
+                    linear_value_head_dim=64)
+    shape = Shape(f"regime-h{hidden}", t, _scaled_draft(t, 31999), "a 12-layer hybrid for the regime map", "scaled recipe")
+    folder = cache / f"regime-h{hidden}-int8"
+    if not (folder / "synth.json").is_file():
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)  # a half-written pair of an interrupted run
+        synthesize(shape, "int8", folder)
+    be = get_backend("host-int", threads=2)
+    target = load_target(folder / "target", backend=be, row_set=16)
+    draft = load_draft(folder / "draft", target, backend=be, row_set=16)
+    llc = last_level_cache_bytes()
+    res = run_scale_bench(target, draft, [3, 1, 4, 1, 5, 9, 2, 6], profile("0.8", 7), k=7, max_new_tokens=64, repeats=repeats,
+                          threads=[1, 2], set_threads=lambda n: setattr(be, "threads", n),
+                          lazy_logits=llc is not None and packed_bytes(target.lm_head) <= llc)
+    return {"hidden": hidden, "weight_bytes": res["plain_step_bytes"]["weights"], "last_level_cache_bytes": llc, **{
+        k: res[k] for k in ("speedup_vs_plain", "plain_tokens_per_s", "loop_tokens_per_s", "verify_over_plain_step",
+                            "draft_over_plain_step", "tokens_per_round", "identical_to_plain", "plain_stream_gb_s")}}
+
+
+def _f(v, d=2):
+    return "-" if v is None else f"{v:.{d}f}"
+
+
+def render(docs: dict) -> str:
+    lines = [BEGIN, "## Scale: real model shapes, synthesized (`nox -s bench-scale`)", ""]
+    any_bench = next((d for k, d in docs.items() if k in BENCH), None)
+    if any_bench:
+        p = any_bench["provenance"]
+        lines += [f"Measured {any_bench['time']} with `python tools/scale_report.py` (`nox -s bench-scale`), commit "
+                  f"{p['git_revision']}, on {p['host'].get('cpu')} ({p['host'].get('logical_cpus')} logical CPUs); vector "
+                  f"flags: {' '.join(p['cpu_vector_flags'])}; host-int kernel `{p['kernel']}` ({p['kernel_set']}). Each row is "
+                  f"one process; ratios are taken in that process, plain decoding and the loop interleaved in shuffled "
+                  f"order. Weights are seeded random codes in the real shapes (`onebit synth`); the draft is the real "
+                  f"DFlash 2 draft of that shape (its whole cost paid every round) proposing the target's own greedy "
+                  f"tokens at the declared acceptance (docs/loop.md, \"The oracle draft\").", ""]
+    lines += ["| row | figure | measured | target |", "|---|---|---|---|"]
+    if "rss" in docs:
+        d = docs["rss"]
+        lines.append(f"| 0.8B-shaped bf16 checkpoint, host-int int8: load + decode 4 tokens | peak RSS / file bytes | "
+                     f"{_f(d['ratio'])} ({d['peak_rss_bytes'] / 2**30:.2f} / {d['file_bytes'] / 2**30:.2f} GiB) | <= 1.0 |")
+    for key, label in (("27b", "27B-shaped int4, a = 0.8, k = 7"), ("27b-seed", "27B-shaped int4, every draft kept, k = 7"),
+                       ("08b", "0.8B-shaped int8, a = 0.8, k = 7"), ("08b-seed", "0.8B-shaped int8, every draft kept, k = 7"),
+                       ("35b", "35B-A3B-shaped MoE int4, a = 0.8, k = 7")):
+        if key not in docs:
+            continue
+        r = docs[key]["results"]
+        same = "identical to plain" if r["identical_to_plain"] else "**DIFFERS from plain**"
+        target = {"27b": ">= 2.5", "27b-seed": ">= 4.5", "08b": ">= 2.0", "08b-seed": ">= 3.0", "35b": "measured"}[key]
+        lines.append(f"| {label} | loop / fastest plain | **{_f(r['speedup_vs_plain'])}** ({_f(r['loop_tokens_per_s'])} vs "
+                     f"{_f(r['plain_tokens_per_s'])} tok/s; {_f(r['tokens_per_round'])} tokens a round; {same}) | {target} |")
+        if key in ("27b", "35b"):
+            t2 = r["tokens_per_s"].get("plain_t2")
+            s2 = r["read_stream_gb_s"].get("2") or r["read_stream_gb_s"].get(2)
+            share = t2 * r["plain_step_bytes"]["total"] / 1e9 / s2 if t2 and s2 else None
+            what = "plain tok/s / read-stream bound, 2 threads" if key == "27b" else "plain tok/s / active-bytes bound, 2 threads"
+            lines.append(f"| {label.split(',')[0]} | {what} | **{_f(share)}** ({_f(t2)} tok/s, "
+                         f"{r['plain_step_bytes']['total'] / 1e9:.2f} GB a token, stream {_f(s2, 1)} GB/s) | "
+                         f"{'>= 0.85' if key == '27b' else '>= 0.7'} |")
+        if key == "27b":
+            lines.append(f"| {label} | verify(8) / plain step; draft round / plain step | **{_f(r['verify_over_plain_step'])}; "
+                         f"{_f(r['draft_over_plain_step'])}** | <= 1.35; <= 0.15 |")
+    if "regime" in docs:
+        pts = docs["regime"]["points"]
+        lines += ["", "The regime map (docs/loop.md): 12-layer hybrids of growing width, int8, the loop at a = 0.8, k = 7, "
+                  "against plain decoding at its fastest, 2 threads at most.", "",
+                  "| width | int8 weights | plain tok/s (GB/s) | loop / plain | verify(8) / step | draft / step | identical |",
+                  "|---|---|---|---|---|---|---|"]
+        for q in pts:
+            lines.append(f"| {q['hidden']} | {q['weight_bytes'] / 2**20:.0f} MiB | {_f(q['plain_tokens_per_s'], 1)} "
+                         f"({_f(q['plain_stream_gb_s'], 1)}) | **{_f(q['speedup_vs_plain'])}** | {_f(q['verify_over_plain_step'])} | "
+                         f"{_f(q['draft_over_plain_step'])} | {q['identical_to_plain']} |")
+        llc = pts[0].get("last_level_cache_bytes")
+        lines.append(f"\nThe CPU's last-level cache: {llc / 2**20:.0f} MiB." if llc else "")
+    if "kernel" in docs:
+        d = docs["kernel"]
+        lines.append(f"| int8 4096 x 4096 kernel, 1 thread, cold weights | 8 rows / 1 row | **{_f(d.get('int8_t1_r8_over_r1'))}** | <= 1.30 |")
+    lines += ["", "Per-phase milliseconds, peak RSS and every other figure of each row are in its JSON "
+              "(`onebit bench --shape ... --json`; the script keeps them under `.bench/scale/`).", END]
+    return "\n".join(lines) + "\n"
+
+
+def write(page: Path, section: str) -> None:
+    text = page.read_text() if page.exists() else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section.rstrip("\n") + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    page.write_text(text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {ROWS}")
+    ap.add_argument("--json-dir", default=str(ROOT / ".bench" / "scale"))
+    ap.add_argument("--cache", default=os.environ.get("ONEBIT_SCALE_CACHE", str(ROOT / ".bench" / "synth")))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--write", metavar="PAGE", help="put the table into this Markdown page (between its scale markers)")
+    ap.add_argument("--from-json", action="store_true", help="render the JSON already in --json-dir, measure nothing")
+    ap.add_argument("--regime-point", type=int, metavar="HIDDEN", help=argparse.SUPPRESS)  # one regime point, in this process
+    args = ap.parse_args(argv)
+    if args.regime_point:
+        print(json.dumps(regime_point(args.regime_point, Path(args.cache), args.repeats)))
+        return 0
+    rows = [r for r in args.rows.split(",") if r]
+    bad = [r for r in rows if r not in ROWS]
+    if bad:
+        ap.error(f"unknown rows {bad}; choose from {ROWS}")
+    jd = Path(args.json_dir)
+    if args.from_json:
+        docs = {r: json.loads((jd / f"{r}.json").read_text()) for r in rows if (jd / f"{r}.json").is_file()}
+    else:
+        docs = measure(rows, jd, Path(args.cache), args.repeats, args.max_new_tokens, sys.stderr)
+    section = render(docs)
+    print(section)
+    if args.write:
+        write(Path(args.write), section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
