@@ -84,13 +84,19 @@ def random_target(cfg: TargetConfig | None = None, seed: int = 0, *, backend="re
     return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set, recurrence=recurrence)
 
 
+def _model_type(cfg: TargetConfig) -> str:
+    """The config's own model type when it names one of these (a Qwen3-Next whose every layer is sparse
+    stays ``qwen3_next``), else the one its MoE layers imply."""
+    return cfg.model_type if cfg.model_type in _ARCHS else _moe_type(cfg.moe, cfg.num_hidden_layers)
+
+
 _ARCHS = {"qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
           "qwen3_next": "Qwen3NextForCausalLM"}
 
 
 def hf_config_dict(cfg: TargetConfig) -> dict:
     """A ``qwen3_5_text`` config.json for ``cfg`` (``qwen3_5_moe_text`` / ``qwen3_next`` for a MoE one)."""
-    mt = cfg.model_type if cfg.model_type in _ARCHS else _moe_type(cfg.moe, cfg.num_hidden_layers)
+    mt = _model_type(cfg)
     moe = cfg.moe.to_dict() if cfg.moe is not None else {}
     return {**moe,
         "architectures": [_ARCHS[mt]], "model_type": mt,
@@ -115,7 +121,7 @@ def write_checkpoint(folder: "str | Path", cfg: TargetConfig, weights: dict[str,
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(hf_config_dict(cfg), indent=2))
-    if _moe_type(cfg.moe, cfg.num_hidden_layers) == "qwen3_next":
+    if _model_type(cfg) == "qwen3_next":  # Qwen3-Next's grouped delta-net projections
         weights = _grouped(weights, cfg)
     names = sorted(weights)
     if shards <= 1:

@@ -31,7 +31,7 @@ def tiny_hf_folder(folder: "str | Path", seed: int = 0, *, model_type: str = "qw
     from dataclasses import replace
 
     from onebit_engine.hybrid.moe_config import MoeConfig
-    from onebit_engine.hybrid.synthetic import _grouped, random_weights, tiny_config, write_checkpoint
+    from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
     if model_type not in MODEL_TYPES:
         raise ValueError(f"tiny model type {model_type!r} is not one of {MODEL_TYPES}")
@@ -40,8 +40,8 @@ def tiny_hf_folder(folder: "str | Path", seed: int = 0, *, model_type: str = "qw
         return write_checkpoint(folder, cfg, random_weights(cfg, seed=seed))
     cfg = tiny_config(**{**TINY, **overrides}, moe=MoeConfig(**TINY_MOE))
     weights = random_weights(cfg, seed=seed)
-    cfg = replace(cfg, model_type="qwen3_next", layout="grouped")
-    return write_checkpoint(folder, cfg, _grouped(weights, cfg))
+    cfg = replace(cfg, model_type="qwen3_next", layout="grouped")  # written grouped, as Qwen3-Next stores it
+    return write_checkpoint(folder, cfg, weights)
 
 
 def tiny_gguf(folder: "str | Path", seed: int = 0, *, model_type: str = "qwen3_5", **overrides) -> Path:
