@@ -13,7 +13,8 @@ def cache_checks_only(items, folder, model: str, full_env: str) -> None:
     conftest's collection hook sees the whole session's items, hence the folder)."""
     if os.environ.get(full_env):
         return
-    skip = pytest.mark.skip(reason=f"{model} runs the cache checks only in CI ({full_env}=1: all)")
+    skip = pytest.mark.skip(reason=f"not run on {model}: it shares the adapter, loop and draft checked on the first "
+                                   f"model, so only its cache checks run ({full_env}=1 runs every check on it)")
     for item in items:
         if item.path.is_relative_to(folder) and model in item.nodeid and item.originalname not in CACHE_CHECKS:
             item.add_marker(skip)
