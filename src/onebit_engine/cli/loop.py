@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ..measure import regime as regime_mod
 from ..measure import tune
+from ..measure.regime import lazy_logits
 from . import loop_report, models, prepare, tuning, ui
 from .decode import Counted, text
 from .status import Status
@@ -47,6 +48,7 @@ def cmd_loop(args) -> int:
         res = speculative_generate(
             loaded.target, draft, prompt, max_new_tokens=args.max_new_tokens, k=plan.k, temperature=args.temperature,
             fallback=fallback, commit_path=args.commit_path, replay_check=args.replay_check, seed=args.seed,
+            lazy_logits=lazy_logits(loaded.target),
         )
     # the run's provenance, read right after it (the backends' event counts are the loop's, not the check's)
     run = loop_provenance(loaded.target, loaded.draft, k=plan.k, commit_path=args.commit_path, temperature=args.temperature,
@@ -87,7 +89,7 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads) -> tuple[dict, li
 
     variants = {
         "loop": lambda p: speculative_generate(loaded.target, loaded.draft, p, max_new_tokens=args.max_new_tokens, k=plan.k,
-                                               commit_path=args.commit_path),
+                                               commit_path=args.commit_path, lazy_logits=lazy_logits(loaded.target)),
         "plain": lambda p: generate(plain_target, p, max_new_tokens=args.max_new_tokens),
     }
     doc = bench_runner.sweep(variants, [prompt], repeats=SPEED_REPEATS,

@@ -90,7 +90,8 @@ def cmd_scale_bench(args) -> int:
     from ..hybrid import load_target
     from ..measure.oracle import profile
     from ..measure.provenance import git_revision, machine
-    from ..measure.scale_bench import STREAM_BYTES, packed_bytes, run_scale_bench, timestamp
+    from ..measure.regime import lazy_logits
+    from ..measure.scale_bench import STREAM_BYTES, run_scale_bench, timestamp
     from ..version import __version__
 
     shape = get_shape(args.shape)
@@ -116,7 +117,7 @@ def cmd_scale_bench(args) -> int:
         backend.threads = t
 
     llc = resources.last_level_cache_bytes()
-    lazy = llc is not None and packed_bytes(target.lm_head) <= llc  # lm_head in cache: compute-bound, rows on demand
+    lazy = lazy_logits(target)  # the lm_head in the cache: rows on demand; streaming from memory: every row at once
     ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {ui.count(args.repeats, 'repeat')}")
     with ui.Bar(args.repeats * 3 * len(threads), "bench", ui.progress_enabled(args)) as bar:
         res = run_scale_bench(target, draft, prompt, prof, k=k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,

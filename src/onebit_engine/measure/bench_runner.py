@@ -54,11 +54,14 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
     check_room(max_new_tokens, k)
     if repeats < 1:
         raise ConfigError(f"--repeats {repeats} must be >= 1; give --repeats 1 or more")
+    from .regime import lazy_logits
+
+    lazy = lazy_logits(target)
     modes: dict[str, Callable[[Sequence[int]], Any]] = {
         "plain": lambda p: generate(target, p, max_new_tokens=max_new_tokens, stop_tokens=()),
         "plain_1row": lambda p: generate(target_one_row, p, max_new_tokens=max_new_tokens, stop_tokens=()),
         "speculative": lambda p: speculative_generate(target, draft, p, max_new_tokens=max_new_tokens, k=k,
-                                                      commit_path=commit_path, stop_tokens=()),
+                                                      commit_path=commit_path, stop_tokens=(), lazy_logits=lazy),
     }
     names = list(modes)
     doc = sweep(modes, prompts, repeats=repeats, progress=progress)
@@ -98,7 +101,7 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
     }
     if reasons:
         results["null_reasons"] = reasons
-    config = {"k": k, "commit_path": commit_path, "max_new_tokens": max_new_tokens, "repeats": repeats,
+    config = {"k": k, "commit_path": commit_path, "max_new_tokens": max_new_tokens, "repeats": repeats, "lazy_logits": lazy,
               "prompts": [list(map(int, p)) for p in prompts]}
     prov = dict(provenance, k=k, commit_path=commit_path, max_new_tokens=max_new_tokens, prompt_set_hash=prompt_set_hash(prompts))
     return {"schema": SCHEMA, "provenance": prov, "config": config, "results": results, "runs": runs}

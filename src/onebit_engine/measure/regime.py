@@ -113,6 +113,18 @@ def regime(target, draft=None, root: Path = SYSFS_CACHE) -> Regime:
     return Regime(weight_bytes(target, draft), last_level_cache(root))
 
 
+def lazy_logits(target, root: Path = SYSFS_CACHE) -> bool:
+    """The loop's choice for a verify's logits (``speculative_generate(lazy_logits=...)``): on demand, a block of
+    rows at a time, where the lm_head's weights fit in the last-level cache (each row costs compute: skip the
+    rows past the first rejection); all rows in one call where they stream from memory (one pass over them
+    instead of up to three). True where the cache size is unknown (the engine's default)."""
+    from .scale_bench import packed_bytes
+
+    size = last_level_cache(root).size
+    head = getattr(target, "lm_head", None)
+    return size is None or head is None or packed_bytes(head) <= size
+
+
 def mib(n: int | None) -> str:
     if n is None:
         return "unknown"
