@@ -35,13 +35,13 @@ def test_fast_token_matches_numpy_twin(hk, r, dk, dv, K, seed):
     del S
 
 
-def test_targets_on_either_recurrence_agree_closely():
+def test_targets_on_either_op_table_agree_closely():
     from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
     cfg = tiny_config()
-    slow, fast = random_target(cfg, 3, recurrence="numpy"), random_target(cfg, 3, recurrence="numba")
+    slow, fast = random_target(cfg, 3, ops="numpy"), random_target(cfg, 3, ops="numba")
     toks = list(range(1, 30))
     a = slow.forward(toks, slow.new_state()).logits
     b = fast.forward(toks, fast.new_state()).logits
     assert np.max(np.abs(a - b)) <= MODEL_TWIN_RTOL * np.max(np.abs(a))
-    assert slow.recurrence == "numpy" and fast.recurrence == "numba"
+    assert slow.ops.name == "numpy" and fast.ops.name == "numba"

@@ -79,9 +79,9 @@ def random_weights(cfg: TargetConfig, seed: int = 0, scale: float = 1.0) -> dict
 
 
 def random_target(cfg: TargetConfig | None = None, seed: int = 0, *, backend="reference", row_set: int = 8, scale: float = 1.0,
-                  recurrence: str = "auto") -> Target:
+                  ops: str = "auto") -> Target:
     cfg = cfg or tiny_config()
-    return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set, recurrence=recurrence)
+    return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set, ops=ops)
 
 
 _ARCHS = {"qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",

@@ -29,6 +29,7 @@ import numpy as np
 from ..atomic import atomic_write_bytes
 from ..errors import ConfigError
 from . import stagefile
+from .provenance import upgraded
 from .stagefile import HEADER_KEY, STAGE_VERSION, StageError
 
 # Provenance fields that must agree between stages (and with the model the stage is used with).
@@ -353,7 +354,7 @@ def load_capture(path: "str | Path") -> Capture:
         prompts.append(pr.tolist())
         tokens.append(tk.tolist())
         taps.append(tp)
-    return Capture(head["provenance"], prompts, tokens, taps, layers, layers_total, step_ms, head["sha256"], vocab)
+    return Capture(upgraded(head["provenance"]), prompts, tokens, taps, layers, layers_total, step_ms, head["sha256"], vocab)
 
 
 def load_draft_stage(path: "str | Path") -> DraftStage:
@@ -372,7 +373,7 @@ def load_draft_stage(path: "str | Path") -> DraftStage:
         a = f.tensor(t, f"p{i}.proposals", np.int64, (None, block - 1))
         f.token_ids(a, f"p{i}.proposals", vocab)
         props.append(a)
-    return DraftStage(head["provenance"], cap_sha, block, props, draft_ms, head["sha256"], vocab)
+    return DraftStage(upgraded(head["provenance"]), cap_sha, block, props, draft_ms, head["sha256"], vocab)
 
 
 __all__ = ["Capture", "DraftStage", "StageError", "STAGE_VERSION", "HEADER_KEY", "check_capture_length",
