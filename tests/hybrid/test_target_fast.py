@@ -36,6 +36,16 @@ def test_norm_and_silu_twins(d):
     assert np.max(np.abs(g - ref)) <= SILU_TWIN_RTOL * np.max(np.abs(ref))
 
 
+def test_targets_on_either_op_table_agree_closely():
+    cfg = tiny_config()
+    slow, fast = random_target(cfg, 3, ops="numpy"), random_target(cfg, 3, ops="numba")
+    toks = list(range(1, 30))
+    a = slow.forward(toks, slow.new_state()).logits
+    b = fast.forward(toks, fast.new_state()).logits
+    assert np.max(np.abs(a - b)) <= MODEL_TWIN_RTOL * np.max(np.abs(a))
+    assert slow.ops.name == "numpy" and fast.ops.name == "numba"
+
+
 @pytest.mark.parametrize("cfg", [
     dict(),  # the default tiny hybrid: 3 delta-net : 1 attention
     dict(full_attention_interval=1, num_key_value_heads=1),  # attention only, GQA 4:1

@@ -10,7 +10,6 @@ from onebit_engine.ops.gated_delta_fast import gdn_token_fast
 pytestmark = pytest.mark.skipif(gdn_token_fast is None, reason="numba is not installed (the fast extra)")
 
 GDN_TWIN_RTOL = 2e-6  # float32 loops vs numpy reductions: rounding only (max |diff| / max |value|)
-MODEL_TWIN_RTOL = 1e-4  # the same rounding carried through 29 tokens and 4 layers of a random model
 
 
 @given(st.integers(1, 3), st.sampled_from([1, 2]), st.sampled_from([4, 16, 48]), st.sampled_from([4, 16, 32]),
@@ -34,14 +33,3 @@ def test_fast_token_matches_numpy_twin(hk, r, dk, dv, K, seed):
     assert np.array_equal(b[1], a[1])  # the conv window is a pure shift of the inputs: exact
     del S
 
-
-def test_targets_on_either_op_table_agree_closely():
-    from onebit_engine.hybrid.synthetic import random_target, tiny_config
-
-    cfg = tiny_config()
-    slow, fast = random_target(cfg, 3, ops="numpy"), random_target(cfg, 3, ops="numba")
-    toks = list(range(1, 30))
-    a = slow.forward(toks, slow.new_state()).logits
-    b = fast.forward(toks, fast.new_state()).logits
-    assert np.max(np.abs(a - b)) <= MODEL_TWIN_RTOL * np.max(np.abs(a))
-    assert slow.ops.name == "numpy" and fast.ops.name == "numba"
