@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from onebit_engine.gemm import available_backends, get_backend
+from onebit_engine.hybrid.commit import COMMIT_PATHS
 from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 EXACT = [b for b in available_backends() if get_backend(b).exact]
@@ -40,7 +41,7 @@ def states_equal(a, b):
 OPS_NAMES = ["numpy", "numba"] if __import__("importlib").util.find_spec("numba") else ["numpy"]
 
 
-@given(cases(), st.sampled_from(EXACT), st.sampled_from(["keep", "replay", "checkpoint"]), st.sampled_from(OPS_NAMES))
+@given(cases(), st.sampled_from(EXACT), st.sampled_from(COMMIT_PATHS), st.sampled_from(OPS_NAMES))
 def test_verify_commit_equals_single_steps(case, backend, path, ops):
     cfg, prompt, rows, accepted, row_set, seed = case
     target = random_target(cfg, seed, backend=backend, row_set=row_set, ops=ops)

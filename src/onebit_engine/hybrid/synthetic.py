@@ -4,7 +4,7 @@
 layer is sparse, else ``qwen3_next`` (its checkpoint is written in the grouped layout).
 
 Norm weights, ``dt_bias`` and the gated-norm weight are randomised (HF's zero / one initialisations would
-hide layout bugs, hybrid-target.md 5.2).
+hide layout bugs: docs/model-math.md, "Testing on random weights").
 """
 from __future__ import annotations
 

@@ -322,11 +322,6 @@ def save_draft_stage(path: "str | Path", ds: DraftStage) -> str:
     return ds.checksum
 
 
-def read_stage(path: "str | Path", kind: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(header, tensors) of a stage file of ``kind``; one StageError line for anything wrong."""
-    return stagefile.read(path, kind)
-
-
 def load_capture(path: "str | Path") -> Capture:
     """A capture stage, every field checked: counts and layers in range, step_ms > 0, one prompt /
     tokens / taps tensor per prompt with consistent shapes, token ids inside the vocabulary, finite taps."""
