@@ -1,6 +1,7 @@
 """Sessions: ``host`` (CI, no NPU), ``device`` (needs an NPU; fails without one), ``bench``
-(benchmarks, writes docs/benchmarks.md), ``bench-scale`` (real model shapes, the scale table of that page), ``kernels`` (needs the mlir-aie toolchain), ``train`` (the
-built-in pair), ``lint``. Every session forwards ``session.posargs``."""
+(benchmarks, writes docs/benchmarks.md), ``bench-scale`` (real model shapes, the scale table of that page),
+``kernels`` (needs the mlir-aie toolchain), ``train`` (the built-in pair), ``llama`` / ``mlx`` (the specverify
+battery on llama.cpp / mlx-lm, on 4 seeds), ``lint``. Every session forwards ``session.posargs``."""
 from __future__ import annotations
 
 import os
@@ -18,9 +19,25 @@ TORCH = "torch==2.13.0"
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 
 
+# llama-cpp-python builds llama.cpp from its sdist. The port needs only libllama and libggml (the low-level API):
+# no mtmd / llava, tests, tools, examples, server or app, and no common library - which the sdist's CMakeLists
+# forces on, so a project-include file switches it off again (tools/llama_cpp_build/no_common.cmake). Measured
+# on 2 shared cores: 83 ninja steps, 332 s (untrimmed: 194 steps, 13+ min). pip caches the built wheel.
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+LLAMA_CMAKE_ARGS = " ".join([
+    "-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_MTMD=OFF",
+    "-DCMAKE_PROJECT_INCLUDE=" + os.path.abspath("tools/llama_cpp_build/no_common.cmake"),
+])
+SEEDS = ("0", "1", "2", "3")
+
+
 def _install(session: nox.Session, extras: str) -> None:
     session.install("--upgrade", "pip")
     session.install(TORCH)
+    if "llama" in extras.split(","):
+        session.install("--no-binary", "llama-cpp-python", LLAMA_CPP,
+                        env={"CMAKE_ARGS": LLAMA_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
     session.install("-e", f".[{extras}]")
     # z-lab's DFlash reference (torch): its own pins (datasets, an older transformers) are not needed to
     # import dflash.model, so it is installed without them.
@@ -29,8 +46,9 @@ def _install(session: nox.Session, extras: str) -> None:
 
 @nox.session(python="3.11")
 def host(session: nox.Session) -> None:
-    """The whole host test suite (no NPU): engine, HF/DFlash oracles, plugin, fake-XRT device side."""
-    _install(session, "test,oracle,fast,cli,train")
+    """The whole host test suite (no NPU): engine, HF/DFlash oracles, plugin, fake-XRT device side, and the
+    specverify battery on the three outside engines (transformers, llama.cpp - built trimmed, ~6 min - and mlx-lm)."""
+    _install(session, "test,oracle,fast,cli,train,llama,mlx")
     session.run(
         "pytest", "-p", "no:cacheprovider", "-n", os.environ.get("PYTEST_WORKERS", "2"), "--benchmark-skip",
         # numba keeps its threads: a test pins that the host-int bits do not depend on the thread count
@@ -56,7 +74,10 @@ def bench_scale(session: nox.Session) -> None:
     """Real model shapes, synthesized (needs ~16 GiB of memory, ~35 GB of disk, ~30 min): docs/benchmarks.md's scale table."""
     session.install("--upgrade", "pip")
     session.install("-e", ".[fast,cli]")
-    session.run("python", "tools/scale_report.py", "--write", "docs/benchmarks.md", *session.posargs, env=ONE_THREAD)
+    # BLAS at one thread as everywhere; numba keeps its threads: the delta rule runs a call's heads on the
+    # GEMM backend's thread count, which each row sets (1 and 2 threads, interleaved)
+    env = {k: v for k, v in ONE_THREAD.items() if k != "NUMBA_NUM_THREADS"}
+    session.run("python", "tools/scale_report.py", "--write", "docs/benchmarks.md", *session.posargs, env=env)
 
 
 @nox.session(python="3.11", default=False, tags=["device"])
@@ -85,6 +106,28 @@ def train(session: nox.Session) -> None:
     """Retrain the built-in target + DFlash 2 pair on the CPU (see docs/trained-pair.md)."""
     _install(session, "train,fast")
     session.run("python", "tools/train_pair.py", *session.posargs, env={"OMP_NUM_THREADS": "2"})
+
+
+def _battery_on_seeds(session: nox.Session, battery: str, port_tests: str) -> None:
+    session.run("pytest", "-p", "no:cacheprovider", "-n", "2", port_tests, *session.posargs, env=ONE_THREAD)
+    for seed in SEEDS:
+        session.run("pytest", "-p", "no:cacheprovider", "-n", "2", battery, "--specverify-seed", seed, *session.posargs,
+                    env=ONE_THREAD)
+
+
+@nox.session(python="3.11", default=False)
+def llama(session: nox.Session) -> None:
+    """llama.cpp: builds llama-cpp-python trimmed (see LLAMA_CMAKE_ARGS), then the adapter's tests and its battery
+    on seeds 0..3 (its tiny checkpoints are made here: seeded random weights -> HF folder -> GGUF)."""
+    _install(session, "test,oracle,llama")
+    _battery_on_seeds(session, "tests/specverify_llama", "tests/plugin/test_llama_cpp_port.py")
+
+
+@nox.session(python="3.11", default=False)
+def mlx(session: nox.Session) -> None:
+    """mlx-lm on MLX's CPU wheel: the adapter's tests and its battery on seeds 0..3, with the exact profile."""
+    _install(session, "test,oracle,mlx")
+    _battery_on_seeds(session, "tests/specverify_mlx", "tests/plugin/test_mlx_lm_port.py")
 
 
 @nox.session(python="3.11", default=False)

@@ -180,3 +180,15 @@ def test_streaming_loader_equals_the_whole_tensor_loader(tmp_path, name, backend
     a = target.forward(toks, target.new_state())
     b = twin.forward(toks, twin.new_state())
     assert np.array_equal(a.logits, b.logits) and np.array_equal(a.hidden, b.hidden)
+
+
+def test_a_tied_checkpoint_that_also_stores_the_head_loads(tmp_path):
+    cfg = tiny_config(**WIDE, tie_word_embeddings=True)
+    w = random_weights(cfg, 3)
+    w["lm_head.weight"] = w["model.embed_tokens.weight"].copy()  # transformers writes such files
+    same = load_target(write_checkpoint(tmp_path / "same", cfg, w), backend="host-int")
+    w["lm_head.weight"] = w["model.embed_tokens.weight"] * 2
+    with pytest.warns(UserWarning, match="differs from model.embed_tokens.weight"):
+        other = load_target(write_checkpoint(tmp_path / "other", cfg, w), backend="host-int")
+    toks = [1, 2, 3]
+    assert np.array_equal(same.forward(toks, same.new_state()).logits, other.forward(toks, other.new_state()).logits)

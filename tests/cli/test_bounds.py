@@ -37,7 +37,8 @@ def test_out_of_range_option_is_one_line(run, argv, words):
 
 
 def test_prompt_past_the_context_is_refused(run, pair):
-    _refused(*run("generate", "--model", pair[0], "--max-new-tokens", 40000), "max_position_embeddings", "lower max_new_tokens")
+    _refused(*run("generate", "--model", pair[0], "--max-new-tokens", 40000), "max_position_embeddings=32768",
+             "with a prompt of 4 tokens allows 1..32765", "--max-new-tokens 40000 is out of range")
 
 
 @pytest.mark.parametrize("argv", [

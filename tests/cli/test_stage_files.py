@@ -93,6 +93,12 @@ def _set(d, key, value):
 
 
 _DEL = object()
+
+
+def _id(key, value) -> str:
+    """A test id that is the same in every process (an object's repr holds its address: xdist workers
+    would collect different ids and refuse to run)."""
+    return f"{key}=deleted" if value is _DEL else f"{key}={value!r}"[:30]
 CAPTURE_PAYLOAD = [
     ("step_ms", 0, "payload.step_ms is 0 (int)"),
     ("step_ms", -2.5, "finite number > 0"),
@@ -115,7 +121,7 @@ CAPTURE_PAYLOAD = [
 ]
 
 
-@pytest.mark.parametrize("key,value,needle", CAPTURE_PAYLOAD, ids=[f"{k}={v!r}"[:30] for k, v, _ in CAPTURE_PAYLOAD])
+@pytest.mark.parametrize("key,value,needle", CAPTURE_PAYLOAD, ids=[_id(k, v) for k, v, _ in CAPTURE_PAYLOAD])
 def test_crafted_capture_payload_is_refused(run, stages, tmp_path, key, value, needle):
     head, tensors = _parts(stages[0], "capture")
     _set(head["payload"], key, value)
@@ -138,7 +144,7 @@ DRAFT_PAYLOAD = [
 ]
 
 
-@pytest.mark.parametrize("key,value,needle", DRAFT_PAYLOAD, ids=[f"{k}={v!r}"[:30] for k, v, _ in DRAFT_PAYLOAD])
+@pytest.mark.parametrize("key,value,needle", DRAFT_PAYLOAD, ids=[_id(k, v) for k, v, _ in DRAFT_PAYLOAD])
 def test_crafted_draft_payload_is_refused(run, stages, tmp_path, key, value, needle):
     head, tensors = _parts(stages[1], "draft")
     _set(head["payload"], key, value)

@@ -3,6 +3,7 @@ save_pretrained in either expert layout, optionally sharded or re-keyed into the
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,16 +39,21 @@ def build_moe(case: MoeCase, folder: Path, *, seed: int = 0, layers: int = 4, ge
               num_experts_per_tok=case.top_k, moe_intermediate_size=32, shared_expert_intermediate_size=case.shared)
     kw.update(geometry or {})
     rope = {"rope_type": "default", "partial_rotary_factor": 0.25}
-    if case.model_type == "qwen3_next":
-        cfg = tf.Qwen3NextConfig(**kw, norm_topk_prob=case.norm_topk_prob, mlp_only_layers=list(case.mlp_only_layers),
-                                 rope_parameters=dict(rope, rope_theta=1e4))
-        model = tf.Qwen3NextForCausalLM(cfg)
-    else:
-        kw.pop("intermediate_size")
-        half = int(kw["head_dim"] * 0.25) // 2
-        section = [half - 2 * (half // 4), half // 4, half // 4]
-        cfg = tf.Qwen3_5MoeTextConfig(**kw, rope_parameters=dict(rope, rope_theta=1e7, mrope_section=section, mrope_interleaved=True))
-        model = tf.Qwen3_5MoeForCausalLM(cfg)
+    with warnings.catch_warnings():
+        # shared=0 (no shared expert) is a case under test: transformers still builds the shared expert's
+        # Linear layers with 0 features, and torch warns that initialising them does nothing - which is right.
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op", category=UserWarning)
+        if case.model_type == "qwen3_next":
+            cfg = tf.Qwen3NextConfig(**kw, norm_topk_prob=case.norm_topk_prob, mlp_only_layers=list(case.mlp_only_layers),
+                                     rope_parameters=dict(rope, rope_theta=1e4))
+            model = tf.Qwen3NextForCausalLM(cfg)
+        else:
+            kw.pop("intermediate_size")
+            half = int(kw["head_dim"] * 0.25) // 2
+            section = [half - 2 * (half // 4), half // 4, half // 4]
+            cfg = tf.Qwen3_5MoeTextConfig(**kw, rope_parameters=dict(rope, rope_theta=1e7, mrope_section=section,
+                                                                      mrope_interleaved=True))
+            model = tf.Qwen3_5MoeForCausalLM(cfg)
     model = model.float().eval()
     _randomise(model, seed)
     _randomise_moe(model, seed + 1)

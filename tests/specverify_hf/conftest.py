@@ -4,16 +4,14 @@ configs (4 layers 3:1, hidden 64, vocabulary 256, float32, CPU), with the adapte
 Qwen3.5 runs the whole battery. Qwen3-Next shares the adapter, the loop and the draft, so in CI it runs the
 checks of what differs (its model and cache): commit equivalence, the replay check, short prompts, long
 context, decode vs prefill and the fuzz; SPECVERIFY_HF_FULL=1 runs everything on it too."""
-import os
+from pathlib import Path
 
 import pytest
 
 from pytest_specverify.protocol import PortOptions
+from tests.ports.cache_checks import cache_checks_only
 
 pytest.importorskip("transformers")
-
-CACHE_CHECKS = ("test_commit_equivalence", "test_replay_check", "test_short_prompts", "test_long_context",
-                "test_decode_prefill_consistency", "test_stateful_fuzz")
 
 
 @pytest.fixture(scope="session", params=["tiny-qwen3_5", "tiny-qwen3_next"])
@@ -24,9 +22,4 @@ def specverify_port(request, specverify_settings):
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("SPECVERIFY_HF_FULL"):
-        return
-    skip = pytest.mark.skip(reason="tiny-qwen3_next runs the cache checks only in CI (SPECVERIFY_HF_FULL=1: all)")
-    for item in items:
-        if "tiny-qwen3_next" in item.nodeid and item.originalname not in CACHE_CHECKS:
-            item.add_marker(skip)
+    cache_checks_only(items, Path(__file__).parent, "tiny-qwen3_next", "SPECVERIFY_HF_FULL")

@@ -60,6 +60,11 @@ def read_header(path: Path) -> tuple[dict, int, dict]:
                               f"file") from None
 
 
+def _not_safetensors(path: Path, size: int, why: str) -> None:
+    raise CheckpointError(f"{path}: not a safetensors file ({size} bytes; {why}); give a safetensors file (weights, a "
+                          f"quantized file or a stage file)")
+
+
 def _read_header(path: Path) -> tuple[dict, int, dict]:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -67,10 +72,18 @@ def _read_header(path: Path) -> tuple[dict, int, dict]:
         if len(head) < 8:
             raise CheckpointError(f"{path}: {size} bytes is too short for a safetensors file (need an 8-byte header length); the file is truncated or not safetensors")
         (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise CheckpointError(f"{path}: header claims {n} bytes but the file has {size - 8} after the length; the file is truncated - copy it again")
+        # A safetensors header is a JSON object (first byte "{") of at most MAX_HEADER bytes. A length past
+        # the limit, or one past the file's end with another byte after it, is a file of another kind - not
+        # a truncated safetensors file, which keeps a sane length and its "{".
         if n > MAX_HEADER:
-            raise CheckpointError(f"{path}: header claims {n} bytes, more than the safetensors limit of {MAX_HEADER}; the file is not safetensors or is corrupt")
+            _not_safetensors(path, size, f"its first 8 bytes read as a header of {n} bytes, more than the safetensors "
+                                         f"limit of {MAX_HEADER}")
+        if n > size - 8:
+            first = f.read(1)
+            if first and first != b"{":
+                _not_safetensors(path, size, f"its first 8 bytes read as a header of {n} bytes, past the file's end, "
+                                             f"and byte 8 is {first!r}, not the '{{' a header starts with")
+            raise CheckpointError(f"{path}: header claims {n} bytes but the file has {size - 8} after the length; the file is truncated - copy it again")
         raw = f.read(n)
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)

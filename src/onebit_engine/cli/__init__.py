@@ -17,6 +17,11 @@ from ..hybrid.commit import COMMIT_PATHS
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *a, **kw):
+        # No prefix abbreviations (--max-new-token for --max-new-tokens): a new flag would change what an
+        # old abbreviation means, and a typo would pass as a flag.
+        super().__init__(*a, allow_abbrev=False, **kw)
+
     def error(self, message: str):  # one line, exit 2 (argparse's own code), with the way out
         line = f"{message} (see `{self.prog} --help`)"
         print(f"onebit: error: {line}", file=sys.stderr)
@@ -42,6 +47,16 @@ def _int_in(lo: int, hi: int, why: str = ""):
 
 
 _positive = _int_in(1, 1 << 20)
+# Counts whose range depends on the model or draft loaded (--k: 1..block-1 of this draft; --max-new-tokens:
+# at most this model's context less the prompt): any integer parses, the check that knows the range refuses.
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+_count.__name__ = "integer"
 # A GEMM call of more rows than the largest verify (block size <= 64) only pads; 64 is host-int's pool cap.
 MAX_ROW_SET, MAX_THREADS = 64, 64
 _row_set = _int_in(1, MAX_ROW_SET, " (rows per GEMM call; a verify has at most the draft's block size of rows)")
@@ -68,38 +83,61 @@ _temperature = _float_in(0.0, strict=False, hint="give e.g. 0 (greedy) or 0.8")
 _round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: give e.g. --round-cost 2.5")
 
 
+# GEMM backends by name (gemm.registry's, plus auto); tests/cli pins this list to the registry's.
+BACKENDS = ("auto", "reference", "host-int", "xrt")
+_BACKEND_HELP = ("auto: host-int when its native kernel builds and runs here, else reference; reference: float32 numpy; "
+                 "host-int: exact integer GEMMs on the CPU; xrt: an AMD XDNA NPU (docs/device.md)")
+
+
+def _output_args(p, json_help: str = "one JSON object on stdout, for machines (an error is one too, besides its line "
+                                    "on stderr); no status lines unless --verbose") -> None:
+    g = p.add_argument_group("output")
+    g.add_argument("--json", action="store_true", help=json_help)
+    v = g.add_mutually_exclusive_group()
+    v.add_argument("-q", "--quiet", action="store_true", help="no progress or status lines on stderr (errors only)")
+    v.add_argument("-v", "--verbose", action="store_true", help="status lines on stderr even when it is not a terminal, "
+                   "with each stage's time and details")
+
+
 def _model_args(p, *, draft: bool = True) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", metavar="PATH", help="target checkpoint folder (HF layout). Default: the built-in pair")
     if draft:
         g.add_argument("--draft", metavar="PATH", help="DFlash / DFlash 2 draft folder trained for --model")
-    g.add_argument("--backend", default="auto", metavar="NAME", help="GEMM backend of target and draft: reference, host-int, "
-                   "or auto (host-int when its native kernel builds and runs here, else reference). Default: %(default)r")
-    g.add_argument("--target-backend", metavar="NAME", help="the target's backend, overriding --backend")
+    g.add_argument("--backend", default="auto", choices=BACKENDS, metavar="NAME",
+                   help=f"GEMM backend of target and draft, one of {', '.join(BACKENDS)} ({_BACKEND_HELP}). Default: %(default)s")
+    g.add_argument("--target-backend", choices=BACKENDS, metavar="NAME", help="the target's backend, overriding --backend")
     if draft:
-        g.add_argument("--draft-backend", metavar="NAME", help="the draft's backend, overriding --backend")
+        g.add_argument("--draft-backend", choices=BACKENDS, metavar="NAME", help="the draft's backend, overriding --backend")
     g.add_argument("--row-set", type=_row_set, metavar="N", help="rows per GEMM call. Default: 16 on a backend whose rows "
                    "never depend on the row count (host-int: no padding), else 8")
-    g.add_argument("--threads", type=_threads, metavar="N", help="threads for the host-int kernel and for BLAS (numpy). "
-                   "Default: loop - the faster of 1 and 2, measured; the other commands - 1")
+    g.add_argument("--threads", type=_threads, metavar="N", help="threads for the host-int kernel and for BLAS (numpy), "
+                   "1..64. Default: loop - the faster of 1 and 2, measured with k (and kept); the other commands - 1")
     if not draft:
         p.set_defaults(draft=None, draft_backend=None)
 
 
 def _prompt_args(p, *, many: bool = False) -> None:
     g = p.add_argument_group("prompt")
-    g.add_argument("--prompt", metavar="TEXT", help="prompt text (needs the model's tokenizer)")
-    g.add_argument("--prompt-ids", metavar="IDS", help="prompt token ids, e.g. '1 2 3'")
+    g.add_argument("--prompt", metavar="TEXT", help="prompt text (needs the model's tokenizer). Default: the built-in "
+                   "pair's first prompt, else the ids 1 2 3 4")
+    g.add_argument("--prompt-ids", metavar="IDS", help="prompt token ids, e.g. '1 2 3' (each in the model's vocabulary)")
     if many:
         g.add_argument("--prompts", metavar="FILE", help="JSON list of prompts (strings or token-id lists). Default: the built-in set")
 
 
+def _max_new_tokens(p, default: int) -> None:
+    p.add_argument("--max-new-tokens", type=_count, default=default, metavar="N", help="tokens to generate, 1 up to the "
+                   "model's max_position_embeddings less the prompt (checked before any decoding). Default: %(default)s")
+
+
 def _spec_args(p) -> None:
     g = p.add_argument_group("speculative loop")
-    g.add_argument("--k", type=_positive, metavar="K", help="drafts per round, 1..block-1. Default: loop - the fastest k "
-                   "predicted from measured round costs and the draft's acceptance profile; bench - block - 1 "
-                   "(the built-in pair: 7)")
-    g.add_argument("--commit-path", choices=COMMIT_PATHS, default="keep", help="how a verify is committed. Default: %(default)r")
+    g.add_argument("--k", type=_count, metavar="K", help="drafts per round, 1..block-1 of the draft given (the built-in "
+                   "pair's block is 16: 1..15). Default: loop - the fastest k predicted from round costs measured here "
+                   "and the draft's acceptance profile (kept per machine and build); bench - 7 for the built-in pair "
+                   "(its measured best), block-1 for another draft")
+    g.add_argument("--commit-path", choices=COMMIT_PATHS, default="keep", help="how a verify is committed. Default: %(default)s")
 
 
 def _shape_names() -> str:
@@ -115,62 +153,68 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="plain greedy or sampled decoding")
     _model_args(g, draft=False)
     _prompt_args(g)
-    g.add_argument("--max-new-tokens", type=_positive, default=32, metavar="N", help="Default: %(default)r")
-    g.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
-    g.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)r")
-    g.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _max_new_tokens(g, 32)
+    g.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)s")
+    g.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)s")
+    _output_args(g)
     g.set_defaults(func="decode:cmd_generate")
 
-    lp = sub.add_parser("loop", help="the speculative loop: draft, verify, commit; per-round summary and totals")
+    lp = sub.add_parser("loop", help="the speculative loop: picks k and threads here (kept per machine and build), checks "
+                        "the output against plain decoding and says whether speculation paid here, and why")
     _model_args(lp)
     _prompt_args(lp)
     _spec_args(lp)
-    lp.add_argument("--max-new-tokens", type=_positive, default=128, metavar="N", help="Default: %(default)r")
-    lp.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)r")
-    lp.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)r")
+    lp.add_argument("--retune", action="store_true", help="measure the k and threads again instead of reusing the "
+                    "choice kept for this machine, build, model and draft (and keep the new one)")
+    _max_new_tokens(lp, 128)
+    lp.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)s")
+    lp.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)s")
     lp.add_argument("--fallback", choices=("none", "break-even"), default="none",
-                    help="finish with plain steps once 3 rounds in a row lost to plain decoding. Default: %(default)r")
+                    help="finish with plain steps once 3 rounds in a row lost to plain decoding. Default: %(default)s")
     lp.add_argument("--replay-check", action="store_true", help="check every commit against the replayed state")
     lp.add_argument("--check", action=argparse.BooleanOptionalAction, default=None,
                     help="also decode plainly (same build, backend and row set), state whether the outputs are "
                          "identical and the measured speedup. Default: on at temperature 0")
-    lp.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    lp.set_defaults(func="decode:cmd_loop")
+    lp.add_argument("--rounds", action="store_true", help="print the per-round table (proposed, accepted, emitted, "
+                    "ms by part); --json always has it")
+    _output_args(lp)
+    lp.set_defaults(func="loop:cmd_loop")
 
     pr = sub.add_parser("probe", help="staged acceptance measurement: capture, draft, score")
     psub = pr.add_subparsers(dest="stage", required=True, parser_class=_Parser, metavar="STAGE")
     c = psub.add_parser("capture", help="run the target greedily; save its tokens and the draft's context taps")
     _model_args(c)
     _prompt_args(c, many=True)
-    c.add_argument("--max-new-tokens", type=_positive, default=32, metavar="N", help="Default: %(default)r")
+    _max_new_tokens(c, 32)
     c.add_argument("--out", required=True, metavar="FILE", help="capture stage file to write")
-    c.add_argument("--json", action="store_true")
+    _output_args(c)
     c.set_defaults(func="probe:cmd_capture")
     d = psub.add_parser("draft", help="run the draft offline over a capture; save its proposals")
     _model_args(d)
-    d.add_argument("--capture", required=True, metavar="FILE", help="capture stage file")
+    d.add_argument("--capture", required=True, metavar="FILE", help="capture stage file (onebit probe capture --out)")
     d.add_argument("--out", required=True, metavar="FILE", help="draft stage file to write")
-    d.add_argument("--json", action="store_true")
+    _output_args(d)
     d.set_defaults(func="probe:cmd_draft")
     s = psub.add_parser("score", help="acceptance by position, tokens/round, ceiling and break-even")
-    s.add_argument("--capture", required=True, metavar="FILE")
-    s.add_argument("--drafts", required=True, metavar="FILE", help="draft stage file")
-    s.add_argument("--k", type=_positive, nargs="+", metavar="K", help="k values to score. Default: 1..block-1")
+    s.add_argument("--capture", required=True, metavar="FILE", help="capture stage file (onebit probe capture --out)")
+    s.add_argument("--drafts", required=True, metavar="FILE", help="draft stage file (onebit probe draft --out) made from --capture")
+    s.add_argument("--k", type=_count, nargs="+", metavar="K", help="k values to score, each 1..block-1 of the draft "
+                   "stage. Default: all of them")
     s.add_argument("--round-cost", type=_round_cost, metavar="STEPS",
                    help="a round's cost in plain steps, for the predicted speedup and break-even acceptance")
-    s.add_argument("--json", action="store_true")
+    _output_args(s)
     s.set_defaults(func="probe:cmd_score")
 
     b = sub.add_parser("bench", help="plain vs speculative tokens/s in one process; --compare two results")
     _model_args(b)
     _prompt_args(b, many=True)
     _spec_args(b)
-    b.add_argument("--max-new-tokens", type=_positive, default=32, metavar="N", help="Default: %(default)r")
-    b.add_argument("--repeats", type=_repeats, default=3, metavar="N", help="Default: %(default)r")
+    _max_new_tokens(b, 32)
+    b.add_argument("--repeats", type=_repeats, default=3, metavar="N", help="timed runs of each mode, 1..1000. Default: %(default)s")
     b.add_argument("--out", metavar="FILE", help="also write the JSON result here (atomically)")
     b.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="compare two results instead of measuring")
     b.add_argument("--allow-mismatch", action="store_true", help="with --compare: print runs of different provenance, labelled")
-    b.add_argument("--json", action="store_true")
+    _output_args(b)
     sc = b.add_argument_group("scale benchmark (a synthesized pair of a real model's shape, instead of --model)")
     sc.add_argument("--shape", metavar="NAME", help="a published shape (onebit synth --help lists them): synthesize or "
                     "reuse its int8/int4/ternary pair and measure plain decoding against the loop with an oracle draft")
@@ -190,20 +234,23 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder: target/ and draft/ are written in it")
     sy.add_argument("--seed", type=_seed, default=0, help="Default: %(default)r")
     sy.add_argument("--allow-unservable", action="store_true", help="write it even when this machine lacks the memory to serve it")
-    sy.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _output_args(sy)
     sy.set_defaults(func="scale:cmd_synth")
 
     i = sub.add_parser("inspect", help="a checkpoint's config, tensors, sizes, dtypes, quantization")
     i.add_argument("path", metavar="PATH", help="target or draft folder, quantized .safetensors file or stage file")
-    i.add_argument("--json", action="store_true")
+    _output_args(i)
     i.set_defaults(func="inspect:cmd_inspect")
 
     q = sub.add_parser("quantize", help="quantize a float checkpoint's projections and save them")
     q.add_argument("--model", metavar="PATH", help="float checkpoint folder. Default: the built-in target")
     q.add_argument("--format", choices=("int8", "int4", "ternary"), default="int8", help="Default: %(default)r")
     q.add_argument("--out", required=True, metavar="PATH", help="a .safetensors path: the quantized projections only (for inspect); any other path: a servable checkpoint folder that load_target and --model run")
-    q.add_argument("--json", action="store_true")
+    _output_args(q)
     q.set_defaults(func="inspect:cmd_quantize")
+    for group in (sub, psub):  # `onebit loop --help` opens with the line `onebit --help` lists it by
+        for choice in group._choices_actions:
+            group.choices[choice.dest].description = choice.help
     return p
 
 

@@ -8,7 +8,8 @@ from ..atomic import atomic_write_text
 from ..checkpoint.jsonfile import read_json
 from ..errors import ConfigError, OutputError
 from ..measure import bench_runner
-from . import models, ui
+from . import models, prepare, ui
+from .status import COMPILING, Status
 
 
 def cmd_bench(args) -> int:
@@ -24,11 +25,19 @@ def cmd_bench(args) -> int:
         return cmd_scale_bench(args)
     if args.format or args.acceptance != "0.8" or args.cache:
         raise ConfigError("--format, --acceptance and --cache belong to the scale benchmark: add --shape NAME")
-    loaded = models.load(args, need_draft=True)
-    one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
-    k = models.check_k(args.k, loaded.draft, loaded.default_k)
-    bench_runner.check_room(args.max_new_tokens, k)
-    prompts = models.prompt_set(args, loaded)
+    if args.k is not None:  # refused with this draft's range before anything loads
+        models.check_k(args.k, models.draft_block(args))
+    status = Status(args)
+    with status.stage(f"loading {prepare.describe_source(args)}", slow_hint=COMPILING):
+        loaded = models.load(args, need_draft=True)
+        one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
+        k = models.check_k(args.k, loaded.draft, loaded.default_k)
+        bench_runner.check_room(args.max_new_tokens, k)
+        prompts = models.prompt_set(args, loaded)
+        models.check_length(args.max_new_tokens, prompts, loaded.target.config.max_position_embeddings, least=3,
+                            why=" (the prefill's token, then room for a round of 1 draft and its bonus token)")
+        prepare.warm(loaded.target, loaded.draft, prompts[0])
+    status.say(f"measuring plain decoding and the loop (k={k}): {ui.count(len(prompts), 'prompt')} x {ui.count(args.repeats, 'repeat')}")
     prov = loaded.provenance(mode="bench")
     prov["plain_1row_row_set"] = one_row.row_set
     prov["threads"] = args.threads or 1  # BLAS and host-int threads (cli/__init__.py: default 1)
@@ -65,7 +74,7 @@ def cmd_bench(args) -> int:
     for key, why in r.get("null_reasons", {}).items():
         print(f"not measured: {key} ({why})")
     same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy at {r['first_difference']}"
-    print(f"output: {same}; {len(prompts)} prompts x {args.repeats} repeats x {args.max_new_tokens} tokens  "
+    print(f"output: {same}; {ui.count(len(prompts), 'prompt')} x {ui.count(args.repeats, 'repeat')} x {ui.count(args.max_new_tokens, 'token')}  "
           f"[{loaded.source}; {prov['backend']} ({prov['kernel_set']}), git {prov['git_revision']}]")
     if args.out:
         print(f"wrote {args.out}")

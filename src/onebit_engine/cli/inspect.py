@@ -58,9 +58,8 @@ def describe(path: "str | Path") -> dict[str, Any]:
     if p.is_dir():
         raw = read_config(p)
         tensors = _tensors(checkpoint_files(p))
-        archs = raw.get("architectures") or []
         source = str(p / "config.json")
-        if "dflash_config" in raw or (isinstance(archs, list) and any("DFlash" in str(a) for a in archs)):
+        if models.folder_kind(raw) == "draft":
             from ..draft import DraftConfig
 
             c = DraftConfig.from_hf(raw, source=source)

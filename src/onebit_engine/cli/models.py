@@ -96,24 +96,66 @@ class Loaded:
                                **extra)
 
 
-def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | None = None) -> Loaded:
-    """Load the target (and the draft) the flags name, on the flags' backends and row set."""
-    from ..draft import load_draft
-    from ..measure.provenance import checkpoint_hash
-    from ..hybrid import load_target
+def folder_kind(raw: Any) -> str | None:
+    """"draft" for a DFlash draft's parsed config.json (``dflash_config`` or a DFlash architecture), "target"
+    for a config naming a model_type, else None (the loaders then say what is wrong with it)."""
+    if not isinstance(raw, dict):
+        return None
+    archs = raw.get("architectures")
+    if "dflash_config" in raw or (isinstance(archs, list) and any("DFlash" in str(a) for a in archs)):
+        return "draft"
+    return "target" if "model_type" in raw else None
 
+
+def _peek_kind(folder: Path) -> str | None:
+    """``folder_kind`` of a folder's config.json when it reads as JSON; else None (the loader's error)."""
+    import json
+
+    try:
+        return folder_kind(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def paths(args, *, need_draft: bool) -> tuple[Path, Path | None, str, Path | None]:
+    """(target folder, draft folder or None, description, tokenizer file or None) the flags name; a folder
+    given in the other role (a draft as --model, a target as --draft) is refused, saying which it is."""
     model, draft = getattr(args, "model", None), getattr(args, "draft", None)
-    tok_path = None
-    if model:
-        tpath, dpath, source = Path(model), Path(draft) if draft else None, f"model {model}"
-        if need_draft and dpath is None:
-            raise ConfigError(f"--model {model} was given without --draft; the built-in draft belongs to the built-in "
-                              f"model - give the draft trained for this model with --draft PATH")
-    else:
+    if not model:
         if draft:
             raise ConfigError(f"--draft {draft} was given without --model; a draft only fits the target it was "
                               f"trained for - give that target with --model PATH")
-        tpath, dpath, source, tok_path = builtin_paths()
+        tpath, dpath, source, tok = builtin_paths()
+        return tpath, dpath if need_draft else None, source, tok
+    tpath, dpath = Path(model), Path(draft) if draft else None
+    if _peek_kind(tpath) == "draft":
+        raise ConfigError(f"--model {model} is a DFlash draft folder (its config.json has dflash_config), not a target; "
+                          f"give the target checkpoint as --model and this folder as --draft")
+    if need_draft and dpath is None:
+        raise ConfigError(f"--model {model} was given without --draft; the built-in draft belongs to the built-in "
+                          f"model - give the draft trained for this model with --draft PATH")
+    if need_draft and _peek_kind(dpath) == "target":
+        raise ConfigError(f"--draft {draft} is a target checkpoint folder (its config.json has no dflash_config), not a "
+                          f"DFlash draft; give the draft trained for --model as --draft")
+    return tpath, dpath if need_draft else None, f"model {model}", None
+
+
+def draft_block(args) -> int:
+    """The block size of the draft the flags name, read from its config alone (before any weight loads)."""
+    from ..checkpoint.safetensors import read_config
+    from ..draft.config import DraftConfig
+
+    _, dpath, _, _ = paths(args, need_draft=True)
+    return DraftConfig.from_hf(read_config(dpath), source=str(dpath / "config.json")).block_size
+
+
+def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | None = None) -> Loaded:
+    """Load the target (and the draft) the flags name, on the flags' backends and row set."""
+    from ..draft import load_draft
+    from ..hybrid import load_target
+    from ..measure.provenance import checkpoint_hash
+
+    tpath, dpath, source, tok_path = paths(args, need_draft=need_draft)
     tb = make_backend(backend or args.target_backend or args.backend, args.threads)
     rs = row_set or args.row_set or default_row_set(tb)
     target = load_target(tpath, backend=tb, row_set=rs)
@@ -127,14 +169,34 @@ def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | N
 
 
 def check_k(k: int | None, draft, default: int | None = None) -> int:
-    """k defaults to ``default`` (else block - 1); anything outside 1..block-1 is refused with the range."""
-    top = draft.config.block_size - 1
+    """k defaults to ``default`` (else block - 1); anything outside 1..block-1 is refused with the range.
+    ``draft``: a loaded draft, or its block size."""
+    block = draft if isinstance(draft, int) else draft.config.block_size
+    top = block - 1
     if k is None:
         return min(default, top) if default else top
     if not 1 <= k <= top:
-        raise ConfigError(f"k={k} is out of range: this draft proposes 1..{top} tokens a round (block size "
-                          f"{draft.config.block_size} minus the anchor); give --k between 1 and {top}")
+        raise ConfigError(f"--k {k} is out of range: this draft proposes 1..{top} tokens a round (block size "
+                          f"{block} minus the anchor); give --k between 1 and {top}")
     return k
+
+
+def check_length(max_new_tokens: int, prompts: list[list[int]], limit: int | None, *, least: int = 1,
+                 why: str = "") -> None:
+    """--max-new-tokens in ``least``..(this model's context less the longest prompt), refused before any
+    decoding with the range that applies here. The last token is emitted, never forwarded: a run holds
+    prompt + max_new_tokens - 1 positions (``loop.inputs.check_run``'s rule). ``why``: why ``least``."""
+    longest = max((len(p) for p in prompts), default=0)
+    top = None if limit is None else limit - longest + 1
+    if max_new_tokens < least or (top is not None and max_new_tokens > top):
+        if top is None:
+            raise ConfigError(f"--max-new-tokens {max_new_tokens} is out of range: give {least} or more{why}")
+        if top < least:
+            raise ConfigError(f"the prompt of {longest} tokens leaves no room in this model's context "
+                              f"(max_position_embeddings={limit}) for {least} new tokens; give a shorter prompt")
+        raise ConfigError(f"--max-new-tokens {max_new_tokens} is out of range: this model's context "
+                          f"(max_position_embeddings={limit}) with a prompt of {longest} tokens allows {least}..{top}{why}; "
+                          f"give --max-new-tokens in that range")
 
 
 # -- tokenizer and prompts ------------------------------------------------------------------------------

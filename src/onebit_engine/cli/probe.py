@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 from ..measure import acceptance_probe as probe
-from . import models, ui
+from . import models, prepare, ui
+from .status import COMPILING, Status
 
 
 def cmd_capture(args) -> int:
     probe.check_capture_length(args.max_new_tokens)
-    loaded = models.load(args, need_draft=True)
-    prompts = models.prompt_set(args, loaded)
+    with Status(args).stage(f"loading {prepare.describe_source(args)}", slow_hint=COMPILING):
+        loaded = models.load(args, need_draft=True)
+        prompts = models.prompt_set(args, loaded)
+        models.check_length(args.max_new_tokens, prompts, loaded.target.config.max_position_embeddings, least=2,
+                            why=" (a capture times one plain step after the prefill's token)")
+        prepare.warm(loaded.target, None, prompts[0])  # the capture's step time must not count compilation
     prov = loaded.provenance(stage="capture")
     with ui.Bar(len(prompts) * args.max_new_tokens, "capture", ui.progress_enabled(args)) as bar:
         cap = probe.capture(loaded.target, prompts, args.max_new_tokens, tap_layers=loaded.draft.config.target_layer_ids,
@@ -25,8 +30,10 @@ def cmd_capture(args) -> int:
 
 
 def cmd_draft(args) -> int:
-    loaded = models.load(args, need_draft=True)
-    cap = probe.load_capture(args.capture)
+    with Status(args).stage(f"loading {prepare.describe_source(args)}", slow_hint=COMPILING):
+        loaded = models.load(args, need_draft=True)
+        cap = probe.load_capture(args.capture)
+        prepare.warm(loaded.target, loaded.draft)  # the proposal time must not count compilation
     prov = loaded.provenance(stage="draft")
     probe.check_provenance(args.capture, cap.provenance, prov, "the model and draft given here")
     probe.check_capture_fits(args.capture, cap, loaded.target)

@@ -16,6 +16,7 @@ from ..synth.folder import MARKER, marker, plan, synthesize
 from . import models, ui
 
 SCHEMA = "onebit.scale_bench/1"
+PROMPT_TOKENS = 16
 
 
 def _needs(shape, fmt: str, extra: int = 0) -> tuple[int, int]:
@@ -95,9 +96,11 @@ def cmd_scale_bench(args) -> int:
     shape = get_shape(args.shape)
     fmt = args.format or "int4"
     block = shape.draft.block_size
-    k = args.k or block - 1
+    k = block - 1 if args.k is None else args.k
     if not 1 <= k <= block - 1:
         raise ConfigError(f"--k {k} is out of range for {shape.name}'s draft: it must be 1..{block - 1} (block {block} minus the anchor)")
+    models.check_length(args.max_new_tokens, [[0] * PROMPT_TOKENS], shape.target.max_position_embeddings, least=k + 2,
+                        why=f" (the first token comes from the prefill; a full round of k={k} drafts needs {k + 1} more)")
     prof = profile(args.acceptance, k, published_tau=shape.published_tau, block=block)
     _check_memory(shape, fmt, "benchmarking", extra=STREAM_BYTES)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -107,14 +110,14 @@ def cmd_scale_bench(args) -> int:
     backend = get_backend("host-int", threads=max(threads))
     target = load_target(folder / "target", backend=backend, row_set=16)
     draft = load_draft(folder / "draft", target, backend=backend, row_set=16)
-    prompt = [int(t) for t in np.random.default_rng(args.seed).integers(0, shape.target.vocab_size, 16)]
+    prompt = [int(t) for t in np.random.default_rng(args.seed).integers(0, shape.target.vocab_size, PROMPT_TOKENS)]
 
     def set_threads(t: int) -> None:
         backend.threads = t
 
     llc = resources.last_level_cache_bytes()
     lazy = llc is not None and packed_bytes(target.lm_head) <= llc  # lm_head in cache: compute-bound, rows on demand
-    ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {args.repeats} repeats")
+    ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {ui.count(args.repeats, 'repeat')}")
     with ui.Bar(args.repeats * 3 * len(threads), "bench", ui.progress_enabled(args)) as bar:
         res = run_scale_bench(target, draft, prompt, prof, k=k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                               threads=threads, set_threads=set_threads, seed=args.seed, progress=bar, lazy_logits=lazy)

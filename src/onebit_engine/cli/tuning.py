@@ -2,10 +2,16 @@
 
 The acceptance profile the choice rests on: the shipped pair's held-out evaluation for the built-in
 pair; for any other pair, a short calibration run of this prompt at the largest k (said in the summary).
+
+A measured choice is kept in the cache folder (``tuned/``), keyed by the CPU, the build, the model and
+the draft (``tune.TuneKey``), and reused by the next run of the same key: the same machine and build
+make the same choice, so a figure can be reproduced. ``--retune`` measures again (and keeps the new one).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from dataclasses import dataclass, field
 
 from ..measure import tune
@@ -23,9 +29,12 @@ class Plan:
     backend: str
     row_set: int
     measured: bool = False
+    reused: bool = False  # the choice was measured by an earlier run and read back (``measured_at``)
+    measured_at: str | None = None
     profile_source: str = ""
     predicted_speedup: float | None = None
     table: dict = field(default_factory=dict)  # "threads=T k=K" -> predicted ms per token
+    kept_in: str | None = None  # the file the choice is kept in
 
     def summary(self) -> str:
         th = lambda n: f"{n} thread{'s' if n > 1 else ''}"  # noqa: E731
@@ -33,38 +42,90 @@ class Plan:
                 f"plain decoding: 1 row per step, {th(self.plain_threads)}")
         if not self.measured:
             return text + " (as given)"
-        return (text + f" - picked as the fastest measured here (round and step costs) with {self.profile_source}: "
-                f"predicted speedup {self.predicted_speedup:.2f}x")
+        how = (f"reused the choice measured here at {self.measured_at} (--retune measures again)" if self.reused
+               else "picked as the fastest measured here (round and step costs)")
+        return text + f" - {how}, with {self.profile_source}: predicted speedup {self.predicted_speedup:.2f}x"
 
     def describe(self) -> dict:
         return {"k": self.k, "threads": self.spec_threads, "plain_threads": self.plain_threads, "backend": self.backend,
-                "row_set": self.row_set, "measured": self.measured, "profile_source": self.profile_source,
-                "predicted_speedup": self.predicted_speedup, "predicted_ms_per_token": self.table}
+                "row_set": self.row_set, "measured": self.measured, "reused": self.reused, "measured_at": self.measured_at,
+                "kept_in": self.kept_in, "profile_source": self.profile_source, "predicted_speedup": self.predicted_speedup,
+                "predicted_ms_per_token": self.table}
 
 
-def plan(args, loaded, plain_target, prompt, threads) -> Plan:
-    from ..loop.speculative import speculative_generate
-
+def candidates(args, loaded) -> tuple[list[int], list[int]]:
+    """(k values, thread counts) the choice is made among: what the flags leave open."""
     top = loaded.draft.config.block_size - 1
     ks = [models.check_k(args.k, loaded.draft)] if args.k else sorted({k for k in K_CANDIDATES if k <= top} | {top})
     counts = [args.threads] if args.threads else ([1, 2] if (os.cpu_count() or 1) >= 2 else [1])
-    backend = loaded.target.backend.name
-    common = dict(backend=backend, row_set=loaded.target.row_set)
+    return ks, counts
+
+
+def _profile_source(loaded, top: int) -> str:
+    if loaded.builtin_trained:
+        return "the shipped pair's acceptance on its held-out prompts"
+    return f"the acceptance of a {CALIBRATION_TOKENS}-token calibration run of this prompt at k={top}"
+
+
+def key_for(loaded, ks, counts, source: str) -> tune.TuneKey:
+    from ..measure.provenance import git_revision, machine
+    from ..version import __version__
+
+    t, d = loaded.target.backend.describe(), loaded.draft.backend.describe()
+    return tune.TuneKey(
+        cpu=tune.cpu_identity(machine()), build=f"{__version__} git {git_revision()}",
+        kernel=f"{t.get('kernel_set')} {t.get('hash')} / {d.get('kernel_set')} {d.get('hash')}",
+        model=loaded.model_hash, draft=loaded.draft_hash or "", backend=t.get("backend") or "", row_set=loaded.target.row_set,
+        ks=tuple(ks), threads=tuple(counts), profile=source)
+
+
+def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: bool = False, status=None) -> Plan:
+    """The k and threads of the run. ``store``: the folder kept choices live in (None: keep none)."""
+    from ..loop.speculative import speculative_generate
+
+    ks, counts = candidates(args, loaded)
+    common = dict(backend=loaded.target.backend.name, row_set=loaded.target.row_set)
     if len(ks) == 1 and len(counts) == 1:
         return Plan(ks[0], counts[0], counts[0], **common)
-    if loaded.builtin_trained:
-        from .. import default_model
+    top = loaded.draft.config.block_size - 1
+    source = _profile_source(loaded, top)
+    key = key_for(loaded, ks, counts, source) if store is not None else None
+    kept = tune.load_choice(store, key) if key is not None and not retune else None
+    if kept is not None:
+        if status:
+            status.say(f"reusing the k and threads measured here at {kept['measured_at']} (--retune measures again)")
+        return Plan(kept["k"], kept["threads"], kept["plain_threads"], measured=True, reused=True,
+                    measured_at=kept["measured_at"], profile_source=source, predicted_speedup=kept["predicted_speedup"],
+                    table=kept.get("table") or {}, kept_in=str(tune.choice_path(store, key)), **common)
+    what = f"choosing k and threads: measuring {len(ks)} k x {len(counts)} thread count{'s' * (len(counts) > 1)} here"
+    with (status.stage(what) if status else contextlib.nullcontext()):
+        if loaded.builtin_trained:
+            from .. import default_model
 
-        profile = default_model.acceptance_profile(backend)
-        source = "the shipped pair's acceptance on its held-out prompts"
-    else:
-        threads.set(counts[0])
-        cal = speculative_generate(loaded.target, loaded.draft, prompt, max_new_tokens=CALIBRATION_TOKENS, k=top)
-        profile = cal.acceptance_by_position()
-        source = f"the acceptance of a {CALIBRATION_TOKENS}-token calibration run of this prompt at k={top}"
-    costs = tune.measure(loaded.target, loaded.draft, prompt, ks=ks, threads=counts, set_threads=threads.set,
-                         acceptance=profile, plain_target=plain_target)
-    plain, spec = tune.choose(costs, profile)
+            profile = default_model.acceptance_profile(common["backend"])
+        else:
+            threads.set(counts[0])
+            cal = speculative_generate(loaded.target, loaded.draft, prompt, max_new_tokens=CALIBRATION_TOKENS, k=top)
+            profile = cal.acceptance_by_position()
+        costs = tune.measure(loaded.target, loaded.draft, prompt, ks=ks, threads=counts, set_threads=threads.set,
+                             acceptance=profile, plain_target=plain_target)
+        plain, spec = tune.choose(costs, profile)
     table = {f"threads={t} k={k}": round(ms, 4) for (t, k), ms in spec.table.items()}
-    return Plan(spec.k, spec.threads, plain.threads, measured=True, profile_source=source,
-                predicted_speedup=plain.ms_per_token / spec.ms_per_token, table=table, **common)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    chosen = Plan(spec.k, spec.threads, plain.threads, measured=True, measured_at=when, profile_source=source,
+                  predicted_speedup=plain.ms_per_token / spec.ms_per_token, table=table, **common)
+    if status:
+        status.detail("predicted ms per token: " + ", ".join(f"{n} {ms:.4f}" for n, ms in table.items()))
+    if key is not None:
+        from ..errors import OutputError
+
+        try:
+            path = tune.save_choice(store, key, {"k": chosen.k, "threads": chosen.spec_threads, "plain_threads": chosen.plain_threads,
+                                                 "predicted_speedup": chosen.predicted_speedup, "measured_at": when, "table": table})
+        except (OutputError, OSError) as e:  # a read-only cache costs the next run a measurement, not this run
+            if status:
+                status.say(f"could not keep the choice in {store} ({e}); the next run measures again")
+        else:
+            chosen = Plan(**{**chosen.__dict__, "kept_in": str(path)})
+    return chosen
+

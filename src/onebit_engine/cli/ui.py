@@ -1,7 +1,8 @@
 """Output for people and machines: plain tables, one-line JSON, progress bars on stderr.
 
 Progress bars are drawn with rich (or tqdm) on stderr, and only when stderr is a terminal and the
-output is not ``--json``: a pipe or a test never sees one.
+output is neither ``--json`` nor ``--quiet``: a pipe or a test never sees one. Lines saying what is
+being done are ``status.py``'s.
 
 JSON is strict (``allow_nan=False``): a figure that was not measured is ``null`` with its reason in
 ``null_reasons`` of the object holding it. The commands put None and a reason where they know why;
@@ -63,14 +64,20 @@ class Bar:
 
 
 def progress_enabled(args) -> bool:
-    return not getattr(args, "json", False) and sys.stderr.isatty()
+    return not getattr(args, "json", False) and not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
 def note(args, text: str) -> None:
-    """A line about what is happening, on stderr where a person watches it (a terminal, as for progress
-    bars; never with --json or --quiet): stdout stays the result, and an error stays stderr's one line."""
-    if progress_enabled(args) and not getattr(args, "quiet", False):
-        print(text, file=sys.stderr, flush=True)
+    """A line about what is happening, on stderr, by ``status.Status``'s rule (a terminal or --verbose;
+    never --quiet): stdout stays the result."""
+    from .status import Status
+
+    Status(args).say(text)
+
+
+def count(n: int, noun: str) -> str:
+    """``1 repeat``, ``3 repeats``."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def fmt(v: Any, digits: int = 2) -> str:

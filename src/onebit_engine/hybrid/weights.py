@@ -6,6 +6,8 @@ grouped ``in_proj_qkvz`` / ``in_proj_ba`` are regrouped into the split form (a r
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..checkpoint.fields import first_few
@@ -85,8 +87,8 @@ def check_and_map(raw: dict, cfg: TargetConfig, source: str) -> dict:
     row sources (a lazily read quantized file)."""
     tensors = normalize_names(raw)
     want = file_shapes(cfg)
-    if cfg.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)  # tied: the embedding is the head, whatever the file says
+    if cfg.tie_word_embeddings and "lm_head.weight" in tensors:  # tied: the embedding is the head
+        _check_tied_copy(tensors.pop("lm_head.weight"), tensors.get("model.embed_tokens.weight"), source)
     problems = unfuse_experts(tensors, cfg)  # fused 3-D experts -> per-expert names
     missing = sorted(set(want) - set(tensors))
     unknown = sorted(set(tensors) - set(want))
@@ -111,6 +113,27 @@ def check_and_map(raw: dict, cfg: TargetConfig, source: str) -> dict:
     if cfg.layout == "grouped":
         _regroup(w, cfg)
     return w
+
+
+def _check_tied_copy(head, embed, source: str) -> None:
+    """A tied checkpoint that also stores ``lm_head.weight`` (transformers writes such files): the engine uses
+    the embedding as the head, as transformers' ``tie_weights`` does; a copy that differs from it is said so
+    (a warning naming both tensors and the largest difference), compared a block of rows at a time."""
+    if embed is None or _is_quant(head) or _is_quant(embed) or tuple(head.shape) != tuple(embed.shape):
+        if embed is not None and tuple(head.shape) != tuple(embed.shape):
+            warnings.warn(f"{source}: tie_word_embeddings is true, so model.embed_tokens.weight {tuple(embed.shape)} is the "
+                          f"lm_head; the stored lm_head.weight {tuple(head.shape)} is not used (set tie_word_embeddings "
+                          f"false in config.json to use it)", stacklevel=3)
+        return
+    a, b = as_rows(head), as_rows(embed)
+    worst = 0.0
+    for lo, hi in blocks(a):
+        worst = max(worst, float(np.max(np.abs(a.block(lo, hi) - b.block(lo, hi)), initial=0.0)))
+    if worst > 0:
+        warnings.warn(f"{source}: tie_word_embeddings is true and the stored lm_head.weight differs from "
+                      f"model.embed_tokens.weight (max |difference| {worst:.3g}); the embedding is used as the head, as "
+                      f"transformers ties them (set tie_word_embeddings false in config.json to use the stored head)",
+                      stacklevel=3)
 
 
 def _engine_form(v):

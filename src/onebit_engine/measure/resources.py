@@ -39,19 +39,7 @@ def gib(n: "int | None") -> str:
 
 
 def last_level_cache_bytes() -> "int | None":
-    """The largest CPU cache of cpu0 (sysfs ``cache/index*/size`` of the highest ``level``), or None."""
-    best = None
-    for idx in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = int((idx / "level").read_text())
-            text = (idx / "size").read_text().strip().upper()
-        except (OSError, ValueError):
-            continue
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        try:
-            size = int(text.rstrip("KMG")) * mult
-        except ValueError:
-            continue
-        if best is None or level > best[0] or (level == best[0] and size > best[1]):
-            best = (level, size)
-    return None if best is None else best[1]
+    """The last-level cache's bytes (``regime.last_level_cache``: sysfs, else sysconf), or None."""
+    from .regime import last_level_cache
+
+    return last_level_cache().size

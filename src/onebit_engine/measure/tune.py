@@ -8,14 +8,23 @@ its own fastest setting (1 row, no padding). Both are measured on copies of the 
 repeats each, interleaved; the acceptance profile comes from elsewhere (the shipped pair's held-out
 evaluation, or a calibration run on another prompt), never from the run being reported.
 
-Nothing here reads the environment: the caller says which thread counts exist and how to apply one.
+A choice is kept (``save_choice`` / ``load_choice``) under a ``TuneKey``: the CPU, the build (engine
+version, git revision, kernel set and hash), the model and draft, the backend, row set, the candidates
+and the acceptance profile's source. The same machine and build then makes the same choice every run,
+so a figure can be reproduced; anything in the key that changes measures again.
+
+Nothing here reads the environment: the caller says which thread counts exist, how to apply one, and
+which folder keeps the choices.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -123,3 +132,67 @@ class Threads:
         except ImportError:
             return
         threadpool_limits(limits=n)
+
+
+# -- the kept choice -----------------------------------------------------------------------------------
+STORE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TuneKey:
+    """Everything a measured choice depends on; two runs with equal keys may share a choice."""
+
+    cpu: str  # model name and a digest of the flags (/proc/cpuinfo)
+    build: str  # engine version and git revision
+    kernel: str  # the target's and the draft's kernel sets and hashes
+    model: str  # sha256 of the target checkpoint
+    draft: str  # sha256 of the draft checkpoint
+    backend: str
+    row_set: int
+    ks: tuple[int, ...]
+    threads: tuple[int, ...]
+    profile: str  # where the acceptance profile came from
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+
+
+def cpu_identity(host: dict[str, Any]) -> str:
+    """``provenance.machine()``'s CPU as one string: model name and a digest of its flags."""
+    flags = hashlib.sha256(str(host.get("cpu_flags")).encode()).hexdigest()[:12]
+    return f"{host.get('arch')} {host.get('cpu')} flags:{flags} cpus:{host.get('usable_cpus')}"
+
+
+def choice_path(folder: Path, key: TuneKey) -> Path:
+    return Path(folder) / f"choice-{key.digest()}.json"
+
+
+def load_choice(folder: Path, key: TuneKey) -> dict[str, Any] | None:
+    """The choice kept for ``key``, or None: never measured, or a file that does not hold this key's
+    choice (unreadable, another version, edited) - then the caller measures again and replaces it."""
+    path = choice_path(folder, key)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != STORE_VERSION or doc.get("key") != json.loads(json.dumps(asdict(key))):
+        return None
+    choice = doc.get("choice")
+    need = {"k": int, "threads": int, "plain_threads": int, "predicted_speedup": float, "measured_at": str}
+    if not isinstance(choice, dict) or not all(isinstance(choice.get(n), t) and not isinstance(choice.get(n), bool)
+                                               for n, t in need.items()):
+        return None
+    if choice["k"] not in key.ks or choice["threads"] not in key.threads or choice["plain_threads"] not in key.threads:
+        return None
+    return choice
+
+
+def save_choice(folder: Path, key: TuneKey, choice: dict[str, Any]) -> Path:
+    """Keep ``choice`` (k, threads, plain_threads, predicted_speedup, measured_at, ...) for ``key``, atomically."""
+    from ..atomic import atomic_write_text
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    path = choice_path(folder, key)
+    atomic_write_text(path, json.dumps({"version": STORE_VERSION, "key": asdict(key), "choice": choice},
+                                       indent=1, allow_nan=False) + "\n")
+    return path

@@ -15,8 +15,10 @@ from .exp_fast import expf
 
 try:
     import numba as nb
+    from numba import prange
 except ImportError:  # numba is the optional `fast` extra
     nb = None
+    prange = range
 
 F32 = np.float32
 
@@ -90,6 +92,85 @@ def _head(Sh, a, b, kg, qg, v, mem, oh, read_out):
                 Sh[i, j] = Sh[i, j] + ki * mem[j]
 
 
+def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
+    """The delta rule on one value head for rows 0..n-1 in turn, in place: Sh [dk, dv]; alphas, betas [n];
+    ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written.
+
+    Row t's write and read-out (steps 4-5) and row t + 1's decay and read (steps 1-2) touch each element of
+    S once, in one sweep: the same operations on the same values in the same order as running
+    :func:`_head` row after row (each element of mem still sums over i in ascending order), so the same
+    bits, with one pass over the head's state per row instead of two."""
+    n = alphas.shape[0]
+    dk, dv = Sh.shape
+    mem = np.zeros(dv, np.float32)
+    nxt = np.empty(dv, np.float32)
+    if n == 0:
+        return
+    a = alphas[0]
+    for i in range(dk):  # row 0: 1. decay, 2. read
+        ki = ks[0, i]
+        for j in range(dv):
+            s = Sh[i, j] * a
+            Sh[i, j] = s
+            mem[j] += ki * s
+    for t in range(n):
+        b = betas[t]
+        for j in range(dv):
+            mem[j] = (vs[t, j] - mem[j]) * b  # 3. delta of row t
+        ot = o[t]
+        for j in range(dv):
+            ot[j] = np.float32(0.0)
+        if t + 1 == n:  # the last row: 4. write, 5. read-out
+            for i in range(dk):
+                ki = ks[t, i]
+                qi = qs[t, i]
+                if read_out:
+                    for j in range(dv):
+                        s = Sh[i, j] + ki * mem[j]
+                        Sh[i, j] = s
+                        ot[j] += qi * s
+                else:
+                    for j in range(dv):
+                        Sh[i, j] = Sh[i, j] + ki * mem[j]
+            return
+        a2 = alphas[t + 1]
+        for j in range(dv):
+            nxt[j] = np.float32(0.0)
+        for i in range(dk):
+            ki = ks[t, i]
+            qi = qs[t, i]
+            k2 = ks[t + 1, i]
+            if read_out:
+                for j in range(dv):
+                    s = Sh[i, j] + ki * mem[j]  # 4. write (row t)
+                    ot[j] += qi * s  # 5. read-out (row t)
+                    s2 = s * a2  # 1. decay (row t + 1)
+                    Sh[i, j] = s2
+                    nxt[j] += k2 * s2  # 2. read (row t + 1)
+            else:
+                for j in range(dv):
+                    s2 = (Sh[i, j] + ki * mem[j]) * a2
+                    Sh[i, j] = s2
+                    nxt[j] += k2 * s2
+        for j in range(dv):
+            mem[j] = nxt[j]
+
+
+def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
+    """:func:`_head_rows` on every value head (head h reads key head h // r): S [HV, dk, dv]; alphas, betas
+    [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv); o [n, HV, dv]. Heads are
+    independent, so they run in parallel (numba's threads, :func:`set_threads`): the bits cannot depend on it."""
+    HV, _, dv = S.shape
+    n = alphas.shape[0]
+    for h in prange(HV):
+        g = h // r
+        oh = np.empty((n, dv), np.float32)
+        _head_rows(S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
+                   xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
+        if read_out:
+            o[:, h] = oh
+
+
 def _token(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv, x, q, k, mem, o):
     """One token, in place. Shapes: conv [C, K-1] and S [HV, dk, dv] are updated; mixed [C]; alpha,
     beta [HV]; w [C, K]; o [HV, dv] is written; x [C], q, k [n_k_heads, dk], mem [dv] are scratch."""
@@ -156,12 +237,15 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
             rec_beta[t] = betas[t]
         if ck_conv.shape[0]:
             ck_conv[t] = conv
-    for h in range(HV):
-        g = h // r  # value head h reads key head h // r
-        for t in range(n):
-            _head(S[h], alphas[t, h], betas[t, h], ks[t, g], qs[t, g], xs[t, v0 + h * dv : v0 + (h + 1) * dv], mem, o[t, h], True)
-            if ck_S.shape[0]:
+    if ck_S.shape[0]:  # the state after every row is wanted: row by row
+        for h in range(HV):
+            g = h // r  # value head h reads key head h // r
+            for t in range(n):
+                _head(S[h], alphas[t, h], betas[t, h], ks[t, g], qs[t, g], xs[t, v0 + h * dv : v0 + (h + 1) * dv], mem,
+                      o[t, h], True)
                 ck_S[t, h] = S[h]
+    else:
+        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True)
     for t in range(n):
         for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
             ss = np.float32(0.0)
@@ -186,23 +270,27 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     xs = np.empty((n, conv.shape[0]), np.float32)
     qs = np.empty((n, n_k_heads, dk), np.float32)
     ks = np.empty((n, n_k_heads, dk), np.float32)
-    mem = np.empty(dv, np.float32)
-    oh = np.empty(dv, np.float32)
     for t in range(n):
         _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
-    for h in range(HV):
-        g = h // r
-        for t in range(n):
-            _head(S[h], alpha[t, h], beta[t, h], ks[t, g], qs[t, g], xs[t, v0 + h * dv : v0 + (h + 1) * dv], mem, oh, False)
+    _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
 
 
 if nb is not None:
     _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
     _prep = _jit(_prep)
     _head = _jit(_head)
+    _head_rows = _jit(_head_rows)
+    _heads = nb.njit(cache=True, nogil=True, error_model="numpy", parallel=True)(_heads)
     _token = _jit(_token)
     gdn_token_fast = _jit(_token_copy)
     gdn_mixer_rows = _jit(_mixer_rows)
     gdn_replay_fast = _jit(_replay)
 else:
     gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = None
+
+
+def set_threads(n: int) -> None:
+    """Threads the compiled delta rule spreads a call's heads over (at most numba's, at least 1). The caller
+    that owns the thread budget sets it (the target: its GEMM backend's thread count)."""
+    if nb is not None:
+        nb.set_num_threads(max(1, min(int(n), nb.config.NUMBA_NUM_THREADS)))

@@ -119,3 +119,19 @@ def plain_generate(port, prompt, *, max_new_tokens: int, temperature: float = 0.
         if len(out) < max_new_tokens:
             logits = np.asarray(port.step(st, out[-1]).logits)[-1]
     return out
+
+
+class ReferenceLoops:
+    """``generate`` and ``speculative_generate`` from the loops above, for a port whose engine has no loop that
+    speaks the draft protocol (``loop_class``: the speculative loop, a ``ReferenceLoop`` subclass to break one piece)."""
+
+    loop_class = ReferenceLoop
+
+    def generate(self, prompt, *, max_new_tokens: int, temperature: float = 0.0, seed: int | None = None) -> list[int]:
+        return plain_generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+
+    def speculative_generate(self, prompt, draft, *, max_new_tokens: int, k: int, temperature: float = 0.0,
+                             seed: int | None = None, commit_path: str | None = None) -> SpecRun:
+        return reference_speculative_generate(self, prompt, draft, max_new_tokens=max_new_tokens, k=k,
+                                              temperature=temperature, seed=seed, commit_path=commit_path,
+                                              loop_class=self.loop_class)

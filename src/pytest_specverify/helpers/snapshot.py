@@ -31,6 +31,25 @@ class Pending:
     rows: list[int]
 
 
+def check_verify(port, state, path: str) -> None:
+    """A verify may start: ``path`` is one of the port's commit paths and no verify is pending on ``state``."""
+    if path not in port.commit_paths:
+        raise ValueError(f"commit path {path!r} is not one of {tuple(port.commit_paths)}")
+    if getattr(state, "pending", None) is not None:
+        raise RuntimeError("verify() while a verify is pending: commit it first")
+
+
+def take_pending(state, accepted_rows: int):
+    """The pending verify of ``state`` (anything with ``.rows``), taken off it; ``accepted_rows`` checked against its rows."""
+    pend = getattr(state, "pending", None)
+    if pend is None:
+        raise RuntimeError("commit() without a pending verify")
+    if not 0 <= accepted_rows <= len(pend.rows):
+        raise ValueError(f"accepted_rows={accepted_rows} is outside 0..{len(pend.rows)} (the verify's rows)")
+    state.pending = None
+    return pend
+
+
 class SnapshotCommit(metaclass=ABCMeta):
     """A port missing one of the three methods below fails when it is built, not in the middle of a check."""
 
@@ -60,22 +79,14 @@ class SnapshotCommit(metaclass=ABCMeta):
         return self.forward(state, [int(token)])
 
     def verify(self, state, tokens: Sequence[int], *, path: str) -> Rows:
-        if path not in self.commit_paths:
-            raise ValueError(f"commit path {path!r} is not one of {tuple(self.commit_paths)}")
-        if self._pending(state) is not None:
-            raise RuntimeError("verify() while a verify is pending: commit it first")
+        check_verify(self, state, path)
         snap = self.snapshot(state)
         out = self.forward(state, list(tokens))
         state.pending = Pending(snap, [int(t) for t in tokens])
         return out
 
     def commit(self, state, accepted_rows: int, *, path: str, replay_check: bool = False) -> None:
-        pend = self._pending(state)
-        if pend is None:
-            raise RuntimeError("commit() without a pending verify")
-        if not 0 <= accepted_rows <= len(pend.rows):
-            raise ValueError(f"accepted_rows={accepted_rows} is outside 0..{len(pend.rows)} (the verify's rows)")
-        state.pending = None
+        pend = take_pending(state, accepted_rows)
         kept = pend.rows[:accepted_rows]
         if path == "keep" and accepted_rows == len(pend.rows):
             pass  # the batch's own state
