@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Measure the built-in pair on the numpy engine: greedy speculative decoding vs plain decoding.
 
-    /work/venv/bin/python tools/eval_pair.py [--ks 3 7 15] [--new-tokens 128] [--json out.json]
-    /work/venv/bin/python tools/eval_pair.py --pair /tmp/pair2/builtin --prompts /tmp/pair2/default.json
+    python tools/eval_pair.py [--ks 3 7 15] [--new-tokens 128] [--json out.json]
+    python tools/eval_pair.py --pair /tmp/pair2/builtin --prompts /tmp/pair2/default.json
 
 ``--pair`` measures a pair in another folder (``target/``, ``draft/``, ``tokenizer.json``, as written by
 ``tools/train_pair.py --out``) instead of the shipped one; ``--prompts`` a prompt file of the same format.
@@ -13,7 +13,7 @@ backend. The output must equal plain greedy decoding token for token (checked).
 
 Uses ``onebit_engine.loop.speculative.speculative_generate`` when that module exists; otherwise a minimal
 greedy loop over the engine's own ``verify`` / ``commit`` and the draft's ``append_context`` / ``propose``
-(dflash.md section 3 at T = 0).
+(the round of docs/loop.md at T = 0).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ layer's conv and recurrent state, the attention layer's keys and values). Writte
     tests/golden/<name>/golden.npz    prefill_logits [T, V], step_logits [S, V], cache.<layer>.<array>
     tests/golden/<name>/meta.json     seed, builder arguments, prompt, steps, versions, this command
 
-tests/ops/test_golden.py compares the engine with them, without torch. Deterministic (seeded); re-run
+tests/hybrid/test_golden.py compares the engine with them, without torch. Deterministic (seeded); re-run
 after a change of the builders, the prompt or the HF version, then run that test:
 
     PYTHONPATH=src python tools/make_golden.py            # needs torch + transformers ('.[oracle]')

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train the built-in target + DFlash 2 pair (docs/trained-pair.md): the entry script of ``tools/trainpair/``.
 
-    /work/venv/bin/python tools/train_pair.py [--quick] [...]    # --help lists the stages and arguments
+    python tools/train_pair.py [--quick] [...]    # --help lists the stages and arguments
 """
 import sys
 

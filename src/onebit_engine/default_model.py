@@ -150,19 +150,6 @@ def acceptance_profile(backend: str = "host-int") -> list[float]:
     return [sum(r["rounds"] * r["acceptance_by_position"][i] for r in runs) / total for i in range(n)]
 
 
-def default_target(*, backend: Any = "reference", row_set: int = 8):
-    """The shipped target; a small seeded random hybrid target when the shipped pair is missing (a
-    source tree without ``data/builtin``)."""
-    from .hybrid import load_target
-    from .hybrid.synthetic import random_target
-
-    try:
-        target_dir, _, _ = builtin_paths()
-    except FileNotFoundError:
-        return random_target(_random_config(), RANDOM_SEED, backend=backend, row_set=row_set)
-    return load_target(target_dir, backend=backend, row_set=row_set)
-
-
 def _random_config():
     """The seeded random target's config (4 layers 3:1, hidden 64, vocabulary 256)."""
     from .hybrid.synthetic import tiny_config

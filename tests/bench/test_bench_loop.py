@@ -27,6 +27,7 @@ import pytest
 from onebit_engine import load_draft, load_target
 from onebit_engine.draft import write_synthetic_draft
 from onebit_engine.gemm import Linear
+from onebit_engine.hybrid.commit import COMMIT_PATHS
 from onebit_engine.loop.generate import generate
 from onebit_engine.measure import bench_runner
 from onebit_engine.measure.acceptance_probe import expected_tokens
@@ -151,7 +152,7 @@ def test_verify_rows(benchmark, checkpoints, size, backend, k):
 
 
 @pytest.mark.parametrize("accept", ["full", "partial"])
-@pytest.mark.parametrize("path", ["keep", "replay", "checkpoint"])
+@pytest.mark.parametrize("path", COMMIT_PATHS)
 def test_commit(benchmark, checkpoints, path, accept):
     size, backend, k = "medium", "reference", 7
     benchmark.group = f"commit-{size}-k{k}"

@@ -20,11 +20,6 @@ import os
 
 import numpy as np
 import pytest
-from test_bench_loop import (  # tests/bench is not a package: pytest puts it on sys.path
-    PROMPT,
-    SIZES,
-    OracleDraft,
-)
 
 from onebit_engine import load_draft, load_target
 from onebit_engine.draft import write_synthetic_draft
@@ -34,6 +29,8 @@ from onebit_engine.measure.provenance import checkpoint_hash, machine, pair_prov
 from onebit_engine.hybrid.moe_config import MoeConfig
 from onebit_engine.hybrid.moe_mlp import MoeMLP
 from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
+
+from .test_bench_loop import PROMPT, SIZES, OracleDraft
 
 BACKENDS = ["reference", "host-int"]
 KS = (1, 3, 7, 15)

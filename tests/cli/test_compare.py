@@ -61,6 +61,27 @@ def test_any_difference_refuses(doc, field, how):
     assert res["comparable"] is False and [d.split(":")[0] for d in res["differences"]] == [field]
 
 
+def _as_before_the_rename(doc, value=None):
+    """``doc`` as an engine before the op-table rename wrote it: the target's op table under ``recurrence``."""
+    old = copy.deepcopy(doc)
+    ops = old["provenance"].pop("ops")
+    old["provenance"]["recurrence"] = ops if value is None else value
+    return old
+
+
+def test_a_result_from_before_the_ops_rename_still_compares(doc):
+    """Results written when the target's op table was called its ``recurrence`` load and compare, both
+    ways round; another value under the old name is still a difference (under the new name)."""
+    old = _as_before_the_rename(doc)
+    assert "ops" not in old["provenance"] and doc["provenance"]["ops"] in ("numpy", "numba")
+    for a, b in ((old, doc), (doc, old), (old, old)):
+        assert bench_runner.compare(a, b, names=("A.json", "B.json"))["comparable"] is True
+    other = "numpy" if doc["provenance"]["ops"] == "numba" else "numba"
+    with pytest.raises(bench_runner.ProvenanceMismatch, match=f"ops: '{other}' vs '{doc['provenance']['ops']}'"):
+        bench_runner.compare(_as_before_the_rename(doc, other), doc, names=("A.json", "B.json"))
+    assert "ops" not in old["provenance"]  # reading a result does not edit it
+
+
 def test_missing_in_both_is_still_a_difference(doc):
     a, b = copy.deepcopy(doc), copy.deepcopy(doc)
     for d in (a, b):

@@ -242,6 +242,20 @@ def test_good_files_round_trip(stages):
     assert cap.step_ms > 0 and ds.draft_ms > 0
 
 
+def test_stage_files_from_before_the_ops_rename_still_load(stages, tmp_path):
+    """A stage written when the target's op table was called its ``recurrence`` loads, the value read
+    under today's name ``ops``; the file itself is not changed."""
+    for kind, path, load in (("capture", stages[0], probe.load_capture), ("draft", stages[1], probe.load_draft_stage)):
+        head, tensors = _parts(path, kind)
+        ops = head["provenance"].pop("ops")
+        assert load(path).provenance["ops"] == ops in ("numpy", "numba")
+        head["provenance"]["recurrence"] = ops
+        old = _write(tmp_path / f"old-{kind}.st", head, tensors)
+        got = load(old).provenance
+        assert got["ops"] == got["recurrence"] == ops
+        assert "ops" not in stagefile.read(old, kind)[0]["provenance"]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_flipped_byte_is_refused_or_changes_nothing(stages, data):

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from draft_helpers import make_target
+from .draft_helpers import make_target
 from onebit_engine.draft import kernels
 
 

@@ -1,7 +1,5 @@
-"""Helpers of the draft tests: a tiny stand-in target (config, embed_tokens, lm_head) and random taps.
-
-A uniquely named module (not ``conftest``) so ``from draft_helpers import ...`` cannot pick up another
-test folder's conftest."""
+"""Helpers of the draft tests: a tiny stand-in target (config, embed_tokens, lm_head) and random taps
+(imported relatively, ``from .draft_helpers import ...``: the folder is a package like every test folder)."""
 from __future__ import annotations
 
 from types import SimpleNamespace

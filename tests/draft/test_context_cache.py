@@ -11,7 +11,7 @@ import pytest
 from onebit_engine.draft import load_draft, write_synthetic_draft
 from onebit_engine.errors import StateError
 
-from draft_helpers import make_taps
+from .draft_helpers import make_taps
 
 ROUNDS = [(7, 5), (3, 5), (1, 5), (6, 5), (2, 3), (9, 5)]
 
@@ -84,7 +84,7 @@ def test_rows_do_not_depend_on_the_row_set(tmp_path, ops):
 
     from onebit_engine.gemm import Linear, get_backend
 
-    from draft_helpers import make_target
+    from .draft_helpers import make_target
 
     base = make_target()
     folder = write_synthetic_draft(tmp_path, base.config, version=2, seed=6, block_size=9,

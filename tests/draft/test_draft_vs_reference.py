@@ -15,7 +15,7 @@ ref = pytest.importorskip("dflash.model")
 
 from onebit_engine.draft import load_draft, write_synthetic_draft  # noqa: E402
 
-from draft_helpers import VOCAB, make_taps, make_target  # noqa: E402
+from .draft_helpers import VOCAB, make_taps, make_target  # noqa: E402
 
 DRAFT_HIDDEN_ATOL = 1e-5  # max |numpy - torch| of the final-normed block rows (float32 both sides)
 DRAFT_LOGITS_ATOL = 1e-4  # logits are ~10x the hidden scale (lm_head gain 4, up to 32 terms)

@@ -11,7 +11,7 @@ from safetensors.numpy import load_file, save_file
 from onebit_engine.draft import DraftConfig, load_draft, write_synthetic_draft
 from onebit_engine.errors import ConfigError, WeightError
 
-from draft_helpers import make_taps, make_target
+from .draft_helpers import make_taps, make_target
 
 
 def _rewrite(folder, edit):

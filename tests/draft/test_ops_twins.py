@@ -15,7 +15,7 @@ from onebit_engine.draft import kernels, load_draft, write_synthetic_draft
 from onebit_engine.draft.ops import NUMBA_OPS, NUMPY_OPS, resolve_ops
 from onebit_engine.errors import ConfigError
 
-from draft_helpers import make_taps
+from .draft_helpers import make_taps
 
 pytestmark = pytest.mark.skipif(kernels.nb is None, reason="numba is not installed (the fast extra)")
 

@@ -10,7 +10,7 @@ from onebit_engine.draft.selector import CandidateSelector, top_candidates
 from onebit_engine.gemm import Linear
 from onebit_engine.gemm.reference import ReferenceBackend
 
-from draft_helpers import make_taps
+from .draft_helpers import make_taps
 
 CONV_ATOL = 1e-5  # float32 vectorised vs float64 loop, |y| ~ 1, K = 3 taps
 

@@ -1,4 +1,5 @@
-"""A strict fake of the ``pyxrt`` module (npu-stack.md 2.1 and 6.4), stricter than the hardware.
+"""A strict fake of the ``pyxrt`` module, stricter than the hardware (docs/device.md: "pyxrt" for the
+binding it mirrors, "What the fake proves, and what only an NPU can").
 
 ``FakePyxrt()`` is passed where the module would be: ``XrtBackend(xrt=FakePyxrt(...))``. It mirrors
 the names the backend uses (``device``, ``xclbin``, ``hw_context``, ``kernel``, ``run``, ``bo``,

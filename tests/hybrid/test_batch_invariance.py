@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from onebit_engine.gemm import available_backends, get_backend
+from onebit_engine.hybrid.commit import COMMIT_PATHS
 from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
 EXACT = [b for b in available_backends() if get_backend(b).exact]
@@ -37,13 +38,13 @@ def states_equal(a, b):
         assert np.array_equal(aa[k], bb[k]), k
 
 
-RECURRENCES = ["numpy", "numba"] if __import__("importlib").util.find_spec("numba") else ["numpy"]
+OPS_NAMES = ["numpy", "numba"] if __import__("importlib").util.find_spec("numba") else ["numpy"]
 
 
-@given(cases(), st.sampled_from(EXACT), st.sampled_from(["keep", "replay", "checkpoint"]), st.sampled_from(RECURRENCES))
-def test_verify_commit_equals_single_steps(case, backend, path, recurrence):
+@given(cases(), st.sampled_from(EXACT), st.sampled_from(COMMIT_PATHS), st.sampled_from(OPS_NAMES))
+def test_verify_commit_equals_single_steps(case, backend, path, ops):
     cfg, prompt, rows, accepted, row_set, seed = case
-    target = random_target(cfg, seed, backend=backend, row_set=row_set, recurrence=recurrence)
+    target = random_target(cfg, seed, backend=backend, row_set=row_set, ops=ops)
     spec, ref = target.new_state(), target.new_state()
     target.forward(prompt, spec)
     for t in prompt:  # the reference never runs a verify: one plain step per token
@@ -59,10 +60,10 @@ def test_verify_commit_equals_single_steps(case, backend, path, recurrence):
     assert np.array_equal(target.forward([nxt], spec).logits, target.forward([nxt], ref).logits)
 
 
-@given(cases(), st.sampled_from(EXACT), st.sampled_from(RECURRENCES))
-def test_prefill_equals_single_steps(case, backend, recurrence):
+@given(cases(), st.sampled_from(EXACT), st.sampled_from(OPS_NAMES))
+def test_prefill_equals_single_steps(case, backend, ops):
     cfg, prompt, rows, _, row_set, seed = case
-    target = random_target(cfg, seed, backend=backend, row_set=row_set, recurrence=recurrence)
+    target = random_target(cfg, seed, backend=backend, row_set=row_set, ops=ops)
     a, b = target.new_state(), target.new_state()
     out = target.forward(prompt + rows, a)
     singles = [target.forward([t], b) for t in prompt + rows]

@@ -86,3 +86,26 @@ def test_checkpoint_memory_is_rows_times_state(target):
     gdn_bytes = sum(v.nbytes for k, v in st.arrays().items() if k.endswith(("conv", "recurrent")))
     target.verify(DRAFT, st, checkpoints=True)
     assert st.pending.checkpoint_nbytes() == len(DRAFT) * gdn_bytes
+
+
+def test_the_verify_record_is_pending_during_the_run_and_dropped_if_it_fails():
+    """The delta-net layers find the record on ``state.pending`` while a verify runs; a verify that raises
+    part way leaves no record to commit (as one that never started)."""
+    t = random_target(tiny_config(num_hidden_layers=4, full_attention_interval=2), seed=3)
+    st = t.new_state()
+    t.forward(PROMPT[:4], st)
+    ref = st.copy()
+    t.verify([3, 4, 5], ref)
+    recorded = ref.pending.mixed[0].copy()  # what layer 0 records of these rows
+    seen = []
+
+    def boom(h):
+        seen.append(st.pending)
+        raise RuntimeError("backend fault")
+
+    t.layers[2].mixer.out_proj = boom  # a delta-net layer after layer 0 has recorded its rows
+    with pytest.raises(RuntimeError, match="backend fault"):
+        t.verify([3, 4, 5], st)
+    assert seen[0] is not None and seen[0].rows == 3 and seen[0].start_pos == 4
+    assert np.array_equal(seen[0].mixed[0], recorded)  # layer 0 had written its rows into it
+    assert st.pending is None

@@ -15,10 +15,10 @@ EXACT = [b for b in available_backends() if get_backend(b).exact]
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(EXACT), st.sampled_from([1, 3, 8]), st.integers(1, 12), st.sampled_from(["numpy", "numba"]),
        st.integers(0, 2**16))
-def test_lazy_rows_equal_a_full_verify(backend, row_set, rows, recurrence, seed):
-    pytest.importorskip("numba") if recurrence == "numba" else None
+def test_lazy_rows_equal_a_full_verify(backend, row_set, rows, ops, seed):
+    pytest.importorskip("numba") if ops == "numba" else None
     cfg = tiny_config()
-    t = random_target(cfg, seed, backend=backend, row_set=row_set, recurrence=recurrence)
+    t = random_target(cfg, seed, backend=backend, row_set=row_set, ops=ops)
     toks = [int(x) for x in np.random.default_rng(seed).integers(0, cfg.vocab_size, 5 + rows)]
     a, b = t.new_state(), t.new_state()
     t.forward(toks[:5], a)

@@ -16,7 +16,7 @@ from onebit_engine.hybrid.moe_mlp import MoeMLP
 from onebit_engine.loop.speculative import speculative_generate
 from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
-from .test_batch_invariance import RECURRENCES, states_equal
+from .test_batch_invariance import OPS_NAMES, states_equal
 
 BACKENDS = {"reference": lambda: "reference", "host-int-int8": lambda: HostIntBackend(weight_format="int8"),
             "host-int-int4": lambda: HostIntBackend(weight_format="int4"),
@@ -28,10 +28,10 @@ MOES = {
 }
 
 
-def moe_target(moe, backend="reference", seed=0, row_set=8, recurrence="auto", layers=4, vocab=80):
+def moe_target(moe, backend="reference", seed=0, row_set=8, ops="auto", layers=4, vocab=80):
     cfg = tiny_config(vocab_size=vocab, num_hidden_layers=layers, full_attention_interval=2, moe=moe)
     return random_target(cfg, seed, backend=BACKENDS[backend]() if backend in BACKENDS else backend,
-                         row_set=row_set, scale=2.0, recurrence=recurrence)
+                         row_set=row_set, scale=2.0, ops=ops)
 
 
 def sparse_blocks(target):
@@ -123,12 +123,12 @@ def test_rows_routed_to_the_same_or_disjoint_experts(backend, routing, monkeypat
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**16), experts=st.sampled_from([4, 8, 12]), top_k=st.integers(1, 4),
        shared=st.sampled_from([0, 8]), norm=st.booleans(), backend=st.sampled_from(list(BACKENDS)),
-       row_set=st.sampled_from([1, 3, 8]), recurrence=st.sampled_from(RECURRENCES),
+       row_set=st.sampled_from([1, 3, 8]), ops=st.sampled_from(OPS_NAMES),
        n_prompt=st.integers(1, 12), n_rows=st.integers(1, 9))
 def test_moe_prefill_and_verify_equal_single_steps_property(seed, experts, top_k, shared, norm, backend, row_set,
-                                                              recurrence, n_prompt, n_rows):
+                                                              ops, n_prompt, n_rows):
     moe = MoeConfig(experts, min(top_k, experts), 8, shared, norm, 1, (seed % 3,) if seed % 2 else ())
-    target = moe_target(moe, backend, seed=seed, row_set=row_set, recurrence=recurrence, layers=3)
+    target = moe_target(moe, backend, seed=seed, row_set=row_set, ops=ops, layers=3)
     rng = np.random.default_rng(seed)
     toks = rng.integers(0, 80, n_prompt + n_rows).tolist()
     a, b = target.new_state(), target.new_state()

@@ -1,4 +1,4 @@
-"""The target's compiled path (``recurrence="numba"``: ops/*_fast.py) against its numpy reference twin.
+"""The target's compiled path (``ops="numba"``: ops/*_fast.py) against its numpy reference twin.
 
 Within the compiled path the exact claims (verify == single steps, every commit path == the sequential
 reference) are tested bitwise by ``test_batch_invariance.py`` and ``test_commit_equivalence.py``; here
@@ -36,6 +36,16 @@ def test_norm_and_silu_twins(d):
     assert np.max(np.abs(g - ref)) <= SILU_TWIN_RTOL * np.max(np.abs(ref))
 
 
+def test_targets_on_either_op_table_agree_closely():
+    cfg = tiny_config()
+    slow, fast = random_target(cfg, 3, ops="numpy"), random_target(cfg, 3, ops="numba")
+    toks = list(range(1, 30))
+    a = slow.forward(toks, slow.new_state()).logits
+    b = fast.forward(toks, fast.new_state()).logits
+    assert np.max(np.abs(a - b)) <= MODEL_TWIN_RTOL * np.max(np.abs(a))
+    assert slow.ops.name == "numpy" and fast.ops.name == "numba"
+
+
 @pytest.mark.parametrize("cfg", [
     dict(),  # the default tiny hybrid: 3 delta-net : 1 attention
     dict(full_attention_interval=1, num_key_value_heads=1),  # attention only, GQA 4:1
@@ -44,7 +54,7 @@ def test_norm_and_silu_twins(d):
 def test_compiled_target_follows_the_numpy_twin_over_a_long_context(cfg):
     """150 tokens: past the KV cache's first growth (64 rows), several row sets, decode steps too."""
     c = tiny_config(**cfg)
-    slow, fast = random_target(c, 5, recurrence="numpy"), random_target(c, 5, recurrence="numba")
+    slow, fast = random_target(c, 5, ops="numpy"), random_target(c, 5, ops="numba")
     toks = [int(t) for t in np.random.default_rng(2).integers(0, c.vocab_size, 150)]
     sa, sb = slow.new_state(), fast.new_state()
     a = [slow.forward(toks[:140], sa).logits] + [slow.forward([t], sa).logits for t in toks[140:]]
@@ -63,7 +73,7 @@ def test_compiled_state_updates_never_reach_an_array_the_state_does_not_own():
     from onebit_engine.hybrid.state import GDNLayerState
 
     c = tiny_config()
-    t = random_target(c, 7, recurrence="numba")
+    t = random_target(c, 7, ops="numba")
     st = t.new_state()
     t.forward([1, 2, 3], st)
     ref = st.copy()

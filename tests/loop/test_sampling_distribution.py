@@ -1,4 +1,6 @@
-"""Distribution preservation at T > 0, tested the strong way (verification.md section 6).
+"""Distribution preservation at T > 0, tested the strong way: the acceptance rule of Leviathan et al.
+(arXiv 2211.17192) and Chen et al. (arXiv 2302.01318), docs/loop.md "Acceptance rules", must give the
+target's own law.
 
 A bigram target P and a bigram draft Q make the exact law of the loop's output computable. Many seeded
 runs are compared with it by chi-square tests. Each check's false-alarm rate is ALPHA = 1e-4 (cells with

@@ -10,7 +10,6 @@ from onebit_engine.ops.gated_delta_fast import gdn_mixer_rows, gdn_token_fast
 pytestmark = pytest.mark.skipif(gdn_token_fast is None, reason="numba is not installed (the fast extra)")
 
 GDN_TWIN_RTOL = 2e-6  # float32 loops vs numpy reductions: rounding only (max |diff| / max |value|)
-MODEL_TWIN_RTOL = 1e-4  # the same rounding carried through 29 tokens and 4 layers of a random model
 
 
 @given(st.integers(1, 3), st.sampled_from([1, 2]), st.sampled_from([4, 16, 48]), st.sampled_from([4, 16, 32]),
@@ -33,18 +32,6 @@ def test_fast_token_matches_numpy_twin(hk, r, dk, dv, K, seed):
         args = (a[1], a[2], *args[2:])
     assert np.array_equal(b[1], a[1])  # the conv window is a pure shift of the inputs: exact
     del S
-
-
-def test_targets_on_either_recurrence_agree_closely():
-    from onebit_engine.hybrid.synthetic import random_target, tiny_config
-
-    cfg = tiny_config()
-    slow, fast = random_target(cfg, 3, recurrence="numpy"), random_target(cfg, 3, recurrence="numba")
-    toks = list(range(1, 30))
-    a = slow.forward(toks, slow.new_state()).logits
-    b = fast.forward(toks, fast.new_state()).logits
-    assert np.max(np.abs(a - b)) <= MODEL_TWIN_RTOL * np.max(np.abs(a))
-    assert slow.recurrence == "numpy" and fast.recurrence == "numba"
 
 
 @pytest.mark.skipif(gdn_mixer_rows is None, reason="needs numba")

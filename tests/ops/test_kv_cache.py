@@ -128,8 +128,8 @@ def test_target_bits_do_not_depend_on_kv_capacity():
     from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
     cfg = tiny_config(num_hidden_layers=4, full_attention_interval=2)
-    for recurrence in ["numpy"] + (["numba"] if nb is not None else []):
-        target = random_target(cfg, seed=3, recurrence=recurrence)
+    for ops in ["numpy"] + (["numba"] if nb is not None else []):
+        target = random_target(cfg, seed=3, ops=ops)
         outs = []
         for big in (False, True):
             st = target.new_state()
@@ -144,7 +144,7 @@ def test_target_bits_do_not_depend_on_kv_capacity():
             outs.append([a.logits, b.logits, c.logits] + list(st.arrays().values()))
         assert any(isinstance(s, KVCache) and s.capacity >= 700 for s in st.layers)
         for x, y in zip(*outs):
-            assert x.tobytes() == y.tobytes(), recurrence
+            assert x.tobytes() == y.tobytes(), ops
 
 
 def test_target_truncate_past_length_is_a_state_error():

@@ -17,7 +17,8 @@ BASE = dict(
 
 
 def _randomise(model, seed: int) -> None:
-    """HF zero / one inits hide layout bugs: perturb norms, gated norm and dt_bias (spec 5.2)."""
+    """HF zero / one inits hide layout bugs: perturb norms, gated norm and dt_bias (docs/model-math.md, "Testing
+    on random weights")."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

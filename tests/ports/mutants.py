@@ -95,8 +95,14 @@ def _engine_mutants():
             def __getattr__(self, name):
                 return getattr(self.inner, name)
 
-            def __call__(self, h, n, st, pos, i, recorder):
-                return self.inner(h, n, st, pos % 256 if self.owner._decode else pos, i, recorder)
+            def __call__(self, h, n, state):
+                if not self.owner._decode:
+                    return self.inner(h, n, state)
+                pos, state.pos = state.pos, state.pos % 256  # the layer reads its rows' position here
+                try:
+                    return self.inner(h, n, state)
+                finally:
+                    state.pos = pos
 
         def __init__(self, *args, **kw):
             super().__init__(*args, **kw)

@@ -2,8 +2,8 @@
 
 One command, CPU torch, seeded (see docs/trained-pair.md)::
 
-    /work/venv/bin/python tools/train_pair.py            # everything: data, tokenizer, target, draft, eval
-    /work/venv/bin/python tools/train_pair.py --quick    # a smoke run into a scratch folder (minutes)
+    python tools/train_pair.py            # everything: data, tokenizer, target, draft, eval
+    python tools/train_pair.py --quick    # a smoke run into a scratch folder (minutes)
 
 Stages (in order; each lives in its own module of tools/trainpair/):
 

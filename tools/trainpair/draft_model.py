@@ -1,4 +1,4 @@
-"""The DFlash 2 draft in torch (z-lab layout, dflash.md 1.2), the module stage 5 trains.
+"""The DFlash 2 draft in torch (z-lab layout, docs/draft.md), the module stage 5 trains.
 
 Parameter names are the checkpoint's tensor names, so ``draft_train.save_draft`` writes the state dict
 as it is. It runs many blocks of many sequences in one call (training); the engine's numpy draft
@@ -183,7 +183,7 @@ class DraftModel(nn.Module):
         block_len [N, nb] (rows of each block that exist, 2..B). Returns final-normed hidden [N, nb, B, H].
 
         Block j of sequence n sees context keys p < anchors[n, j] and its own first block_len rows
-        (bidirectional: is_causal false), exactly one draft call of dflash.md 2.3 per block."""
+        (bidirectional: is_causal false), exactly one draft call (docs/draft.md, "What one round computes") per block."""
         N, T, _ = feats.shape
         _, nb, B, H = block_emb.shape
         c = self.hidden_norm(self.fc(feats))  # [N, T, H]

@@ -24,7 +24,7 @@ def draft_hparams(target_cfg) -> dict:
 
 
 def draft_state_dict_for_file(draft) -> dict:
-    """z-lab names (dflash.md 1.2), codebooks without '.weight', float16."""
+    """z-lab names (the table in docs/draft.md), codebooks without '.weight', float16."""
     import torch
 
     return {k: v.detach().to(torch.float16).contiguous() for k, v in draft.state_dict().items()}

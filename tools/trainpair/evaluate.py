@@ -13,7 +13,7 @@ def distinct4(tokens: list[int]) -> float:
 
 
 def draft_walk(draft, hidden_rows, logits_rows, anchor: int) -> list[int]:
-    """Greedy selector walk (dflash.md 2.6) for one block: hidden [n, H], logits [n, V]."""
+    """Greedy selector walk (docs/draft.md, "DFlash 2 additions") for one block: hidden [n, H], logits [n, V]."""
     import torch
 
     s = draft.candidate_selector

@@ -13,8 +13,7 @@ import os
 import sys
 
 from ..errors import OnebitError
-
-COMMIT_PATHS = ("keep", "replay", "checkpoint")
+from ..hybrid.commit import COMMIT_PATHS
 
 
 class _Parser(argparse.ArgumentParser):

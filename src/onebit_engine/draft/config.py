@@ -2,7 +2,7 @@
 
 Field lookup follows REF-NEW (``z-lab/dflash`` ``dflash/model.py`` ``_draft_value``): every DFlash field
 is read first from the ``dflash_config`` object, then from the top level. The attention layout follows
-the REF-NEW / vLLM / SGLang per-layer rule (dflash.md 2.4)::
+the REF-NEW / vLLM / SGLang per-layer rule (docs/draft.md, "The mask rule")::
 
     causal[i] = is_causal            if the config sets it
               = layer_types[i] == "sliding_attention"   otherwise
@@ -101,7 +101,7 @@ class DraftConfig:
         if problems:
             raise ConfigError("DraftConfig: " + "; ".join(problems))
 
-    # Derived per-layer attention layout (the REF-NEW rule, dflash.md 2.4).
+    # Derived per-layer attention layout (the REF-NEW rule, docs/draft.md, "The mask rule").
     @property
     def causal(self) -> tuple[bool, ...]:
         if self.is_causal is not None:

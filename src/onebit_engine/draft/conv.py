@@ -1,4 +1,5 @@
-"""DFlash 2 grouped dynamic causal convolution (REF-NEW ``GroupedDynamicCausalConv``, dflash.md 2.6).
+"""DFlash 2 grouped dynamic causal convolution (REF-NEW ``GroupedDynamicCausalConv``; docs/draft.md,
+"DFlash 2 additions").
 
 It runs over the rows of one draft block only (stateless across rounds; row 0 sees zero padding)::
 

@@ -1,10 +1,11 @@
 """Load a z-lab DFlash / DFlash 2 draft folder (``config.json`` + ``*.safetensors``) against a target.
 
-Tensor names are those of dflash.md 1.2 (no prefix). Accepted aliases: a leading ``model.``,
-``midlayer.`` -> ``layers.0.``, ``encoder.fc.`` -> ``fc.``, ``encoder.output_norm_enc.`` ->
-``hidden_norm.``, and the selector codebooks with or without ``.weight``. Every missing tensor, unknown
-tensor and shape mismatch is reported in one :class:`WeightError`; a draft that does not fit the target
-(hidden size, vocabulary, tapped layer ids) is refused with one :class:`ConfigError`.
+Tensor names are those of the table in docs/draft.md, "Checkpoint layout and loader errors" (no
+prefix). Accepted aliases: a leading ``model.``, ``midlayer.`` -> ``layers.0.``, ``encoder.fc.`` ->
+``fc.``, ``encoder.output_norm_enc.`` -> ``hidden_norm.``, and the selector codebooks with or without
+``.weight``. Every missing tensor, unknown tensor and shape mismatch is reported in one
+:class:`WeightError`; a draft that does not fit the target (hidden size, vocabulary, tapped layer ids)
+is refused with one :class:`ConfigError`.
 """
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def canonical_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def expected_shapes(c: DraftConfig, vocab: int) -> dict[str, tuple[int, ...]]:
-    """Every tensor the config requires, with its shape (dflash.md 1.2)."""
+    """Every tensor the config requires, with its shape (the table in docs/draft.md)."""
     h, hd, i_sz = c.hidden_size, c.head_dim, c.intermediate_size
     nq, nkv = c.num_attention_heads * hd, c.num_key_value_heads * hd
     shapes: dict[str, tuple[int, ...]] = {

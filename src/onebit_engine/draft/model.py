@@ -1,4 +1,4 @@
-"""The DFlash / DFlash 2 block-diffusion draft, forward in numpy (dflash.md sections 2.1-2.6).
+"""The DFlash / DFlash 2 block-diffusion draft, forward in numpy (docs/draft.md, "What one round computes").
 
 One round: the committed context reaches the draft as target hidden rows ("taps"); each draft layer
 projects the fused feature ``c = hidden_norm(fc(concat taps))`` with its own k_proj/v_proj ("KV
@@ -102,7 +102,7 @@ class Draft:
         self.inv_freq = inv_freq(config.head_dim, config.rope_theta)  # [hd / 2]
         self.rope = RopeTable(self.inv_freq)  # cos/sin per absolute position, kept across rounds
         self.tap_index = np.asarray(config.target_layer_ids, dtype=np.int64)
-        self._causal, self._windows = config.causal, config.windows  # per layer (dflash.md 2.4)
+        self._causal, self._windows = config.causal, config.windows  # per layer (the mask rule of docs/draft.md)
 
     @property
     def block_size(self) -> int:

@@ -1,9 +1,10 @@
-"""The draft's non-GEMM operations in two interchangeable sets, chosen once at load time (``ops=``).
+"""The draft's non-GEMM operations in two interchangeable tables, chosen once at load time (``ops=``,
+resolved by ``ops/op_sets.py``, the same name and rule as the target's ``hybrid/ops.py``).
 
-``"numpy"`` is the readable reference: each function below is the obviously-correct twin.
-``"numba"`` runs the compiled twins of ``kernels.py`` (same math, same layouts). ``"auto"`` picks
-numba when it is installed. Both sets see the same GEMMs (``gemm.Linear``, fused where the input is
-shared) and return the same shapes; ``tests/draft/test_ops_twins.py`` pins them together.
+``NUMPY_OPS`` is the readable reference: each function below is the obviously-correct twin.
+``NUMBA_OPS`` runs the compiled twins of the ``draft/kernels/`` package (same math, same layouts).
+Both tables see the same GEMMs (``gemm.Linear``, fused where the input is shared) and return the same
+shapes; ``tests/draft/test_ops_twins.py`` pins them together.
 """
 from __future__ import annotations
 
@@ -12,17 +13,16 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ConfigError
 from ..ops import norm_fast
 from ..ops.attention import attend_row
 from ..ops.norm import rms_norm, silu
+from ..ops.op_sets import resolve_ops_name
 from ..ops.rope import rotate_half
 from . import kernels
 from .conv import grouped_dynamic_conv
 from .selector import greedy_walk, pair_scores, top_candidates
 
 F32 = np.float32
-OPS_NAMES = ("auto", "numpy", "numba")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ def heads_numpy(y: np.ndarray, col0: int, n: int, weight: np.ndarray, cos: np.nd
 
 
 def visible_range(qpos: int, end: int, causal: bool, window: int | None) -> tuple[int, int]:
-    """Keys [lo, hi) a query at absolute position ``qpos`` sees, with keys 0..end-1 present (dflash.md 2.4)."""
+    """Keys [lo, hi) a query at absolute position ``qpos`` sees, with keys 0..end-1 present (the mask
+    rule of docs/draft.md)."""
     lo, hi = 0, (qpos + 1 if causal else end)
     if window is not None:
         lo = max(lo, qpos - window + 1)
@@ -178,11 +179,8 @@ NUMBA_OPS = DraftOps(
 
 
 def resolve_ops(name: str) -> DraftOps:
-    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed) -> the op set."""
-    if name not in OPS_NAMES:
-        raise ConfigError(f"draft ops {name!r} is not one of {OPS_NAMES}; pass ops='auto' (numba when installed) or 'numpy'")
-    if name == "numba" and kernels.nb is None:
-        raise ConfigError("draft ops 'numba' needs the numba package (pip install 'onebit-specverify[fast]'); or use ops='numpy'")
-    if name == "numpy" or kernels.nb is None:
-        return NUMPY_OPS
-    return NUMBA_OPS
+    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed) -> the op table."""
+    return NUMBA_OPS if resolve_ops_name(name, "draft") == "numba" else NUMPY_OPS
+
+
+__all__ = ["DraftOps", "NUMPY_OPS", "NUMBA_OPS", "resolve_ops"]

@@ -1,4 +1,4 @@
-"""DFlash 2 candidate-path selector (REF-NEW ``CandidateSelector.select``, dflash.md 2.6).
+"""DFlash 2 candidate-path selector (REF-NEW ``CandidateSelector.select``; docs/draft.md, "DFlash 2 additions").
 
 For the draft rows t = 1..n (logits z[t], post-norm hidden h[t])::
 

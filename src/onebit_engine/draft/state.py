@@ -1,6 +1,7 @@
 """The draft's only state: the context K/V of every committed position, per draft layer.
 
-Block K/V (anchor + masks) are recomputed every round and never stored (dflash.md 2.5), so this state
+Block K/V (anchor + masks) are recomputed every round and never stored (docs/draft.md, "What one round
+computes"), so this state
 only grows, by ``Draft.append_context``. Keys are stored *after* k_norm and RoPE at their absolute
 positions, so the cache never has to be re-rotated. ``truncate`` exists for a caller that un-commits.
 

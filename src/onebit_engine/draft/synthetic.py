@@ -2,7 +2,7 @@
 
 ``write_synthetic_draft(folder, target_config, version=1|2, ...)`` writes ``config.json`` (HF
 ``model_type: qwen3`` with ``dflash_config``) and ``model.safetensors`` (float32, the tensor names of
-dflash.md 1.2, codebooks without ``.weight``) sized for the given target (vocab, hidden size, layers).
+docs/draft.md's table, codebooks without ``.weight``) sized for the given target (vocab, hidden size, layers).
 The same folder loads in this engine and in the ``dflash`` reference (``DFlash2DraftModel.from_pretrained``).
 """
 from __future__ import annotations

@@ -111,7 +111,7 @@ class TargetConfig:
         if problems:
             raise ConfigError("TargetConfig: " + "; ".join(problems))
 
-    # Derived sizes (hybrid-target.md section 2 notation).
+    # Derived sizes (the notation of docs/model-math.md).
     @property
     def key_dim(self) -> int:
         return self.linear_num_key_heads * self.linear_key_head_dim

@@ -21,14 +21,12 @@ from ..checkpoint.safetensors import QUANT_FILE, folder_refs, read_config
 from ..errors import ConfigError, ContextLimitError, StateError
 from ..gemm import Linear, get_backend
 from ..gemm.base import GemmBackend
-from ..ops.gated_delta_fast import gdn_mixer_rows
-from ..ops.gated_delta_fast import set_threads as set_gdn_threads
-from ..ops.norm import rms_norm_zc
 from ..quant.io import open_quantized
 from ..quant.table import RowTable
 from .commit import COMMIT_PATHS, commit_verify
 from .config import TargetConfig
-from .layers import DecoderLayer, Recorder, compiled_norm
+from .layers import DecoderLayer
+from .ops import TargetOps, resolve_ops
 from .state import TargetState, VerifyRecord
 from .weights import check_and_map
 
@@ -46,29 +44,28 @@ class Output:
 
 
 class Target:
-    """The hybrid target model bound to one GEMM backend and one row set."""
+    """The hybrid target model bound to one GEMM backend, one row set and one op table (``ops``: "numpy",
+    "numba" or "auto", see ``ops/op_sets.py``; ``self.ops.name`` says which ran)."""
 
     def __init__(self, config: TargetConfig, weights: dict, *, backend: "str | GemmBackend" = "reference", row_set: int = 8,
-                 recurrence: str = "auto"):
+                 ops: "str | TargetOps" = "auto"):
         if not isinstance(row_set, int) or row_set < 1:
             raise ConfigError(f"row_set must be a positive integer, got {row_set!r}")
         self.config, self.row_set = config, row_set
-        self.recurrence = _recurrence(recurrence)
-        compiled = self.recurrence == "numba"
+        self.ops = resolve_ops(ops)
         self.backend = get_backend(backend)
         self.row_invariant = bool(getattr(self.backend, "row_invariant", False))
         lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
         fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731
         self.embed_tokens = RowTable(weights["model.embed_tokens.weight"])  # [V, D], rows widened on lookup
         self.norm_weight = np.ascontiguousarray(weights["model.norm.weight"], dtype=F32)
-        self._norm = compiled_norm if compiled else rms_norm_zc
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
         self.lm_head = Linear.from_weight(weights[head], self.backend, row_set, "lm_head.weight")
-        self.layers = [DecoderLayer(config, weights, i, lin, fused, compiled, row_set, self.row_invariant)
+        self.layers = [DecoderLayer(config, weights, i, lin, fused, self.ops, row_set, self.row_invariant)
                        for i in range(config.num_hidden_layers)]
 
     def final_norm(self, x: np.ndarray) -> np.ndarray:
-        return self._norm(x, self.norm_weight, self.config.rms_norm_eps)
+        return self.ops.norm(x, self.norm_weight, self.config.rms_norm_eps)
 
     def new_state(self) -> TargetState:
         return TargetState([layer.mixer.new_state() for layer in self.layers])
@@ -76,7 +73,7 @@ class Target:
     def forward(self, tokens: Sequence[int], state: TargetState) -> Output:
         """Run T >= 1 tokens (a prefill or a plain step) and advance ``state`` by T."""
         self._check_free(state, "forward")
-        return self._run(self._tokens(tokens, state), state, None)
+        return self._run(self._tokens(tokens, state), state)
 
     def verify(self, tokens: Sequence[int], state: TargetState, *, checkpoints: bool = False, logits: bool = True) -> Output:
         """The batched verify of ``[last, d1..dk]`` in one pass; records what ``commit`` needs.
@@ -88,19 +85,14 @@ class Target:
         """
         self._check_free(state, "verify")
         toks = self._tokens(tokens, state)
-        gdn = [i for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"]
-        snapshot = {i: state.snapshot(i) for i in gdn}
-        recorder = Recorder(checkpoints)
-        start = state.pos
-        out = self._run(toks, state, recorder, head=logits)
-        state.pending = VerifyRecord(
-            start_pos=start, rows=len(toks), snapshot=snapshot,
-            mixed={i: recorder.rows(recorder.mixed, i) for i in gdn},
-            alpha={i: recorder.rows(recorder.alpha, i) for i in gdn},
-            beta={i: recorder.rows(recorder.beta, i) for i in gdn},
-            per_row={i: recorder.states.get(i, []) for i in gdn} if checkpoints else None,
-        )
-        return out
+        snapshot = {i: state.snapshot(i) for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"}
+        # the delta-net layers record their rows into the pending record as the run goes by
+        state.pending = VerifyRecord.begin(state.pos, len(toks), snapshot, checkpoints)
+        try:
+            return self._run(toks, state, head=logits)
+        except BaseException:
+            state.pending = None  # a verify that did not finish leaves nothing to commit
+            raise
 
     def commit(self, state: TargetState, accepted_rows: int, *, path: str = "keep", replay_check: bool = False) -> None:
         """Keep the first ``accepted_rows`` rows of the last verify (see ``commit.py``)."""
@@ -141,12 +133,11 @@ class Target:
         return self.lm_head(self.final_norm(np.ascontiguousarray(last_hidden, dtype=F32)))
 
     def _share_threads(self) -> None:
-        """The compiled delta rule runs its heads on as many threads as the GEMM backend has (its
-        ``threads``, read now: a caller may change it between calls); the bits do not depend on it."""
-        if self.recurrence == "numba":
-            set_gdn_threads(getattr(self.backend, "threads", 1))
+        """The op table may run its heads on as many threads as the GEMM backend has (its ``threads``, read
+        now: a caller may change it between calls); the bits do not depend on it."""
+        self.ops.use_threads(getattr(self.backend, "threads", 1))
 
-    def _run(self, toks: np.ndarray, state: TargetState, recorder: Recorder | None, head: bool = True) -> Output:
+    def _run(self, toks: np.ndarray, state: TargetState, head: bool = True) -> Output:
         self._share_threads()
         cfg, rs = self.config, self.row_set
         T, L, D = len(toks), cfg.num_hidden_layers, cfg.hidden_size
@@ -159,23 +150,12 @@ class Target:
             x = np.zeros((R, D), F32)  # [R, D], rows >= n are zero padding
             x[:n] = self.embed_tokens[chunk]
             for i, layer in enumerate(self.layers):
-                x = layer(x, n, state.layers[i], state.pos, i, recorder)
+                x = layer(x, n, state)
                 hidden[c0 : c0 + n, i] = x[:n]
             if head:
                 logits[c0 : c0 + n] = self.lm_head(self.final_norm(x))[:n]
             state.pos += n
         return Output(logits, hidden)
-
-
-def _recurrence(name: str) -> str:
-    """"numpy" (the readable reference: numpy, one token at a time where order matters), "numba" (the
-    compiled twins of ``ops/*_fast.py``: each layer's work between its projections in one call for all
-    rows) or "auto" (numba when it is installed)."""
-    if name not in ("auto", "numpy", "numba"):
-        raise ConfigError(f"recurrence {name!r} is not 'auto', 'numpy' or 'numba'")
-    if name == "numba" and gdn_mixer_rows is None:
-        raise ConfigError("recurrence 'numba' needs the numba package (pip install 'onebit-specverify[fast]'); or use 'numpy'")
-    return "numpy" if name == "numpy" or gdn_mixer_rows is None else "numba"
 
 
 def folder_weights(folder: Path) -> dict:
@@ -190,7 +170,7 @@ def folder_weights(folder: Path) -> dict:
 
 
 def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference", row_set: int = 8,
-                recurrence: str = "auto") -> Target:
+                ops: "str | TargetOps" = "auto") -> Target:
     """Load a Hugging Face checkpoint folder (config.json + *.safetensors, single or sharded).
 
     A folder written by ``onebit quantize --out DIR`` also holds ``quantized.safetensors``: its
@@ -199,7 +179,7 @@ def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference
     folder = Path(path)
     config = TargetConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
     weights = check_and_map(folder_weights(folder), config, str(folder))
-    return Target(config, weights, backend=backend, row_set=row_set, recurrence=recurrence)
+    return Target(config, weights, backend=backend, row_set=row_set, ops=ops)
 
 
 __all__ = ["Target", "Output", "load_target", "COMMIT_PATHS"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+F32 = np.float32
+
 
 @dataclass
 class GDNLayerState:
@@ -25,9 +27,31 @@ class GDNLayerState:
         return GDNLayerState(self.conv.copy(), self.recurrent.copy())
 
 
+@dataclass(frozen=True)
+class RecordedRows:
+    """The slots of a verify's record one call of a delta-net layer fills, for its n real rows (views into
+    the ``VerifyRecord``): mixed [n, C], alpha and beta [n, HV]: the rows' recurrence inputs; conv
+    [n, C, K-1] and recurrent [n, HV, dk, dv]: the state after each row on the checkpoint path, else
+    zero-length arrays (nothing to keep)."""
+
+    mixed: np.ndarray
+    alpha: np.ndarray
+    beta: np.ndarray
+    conv: np.ndarray
+    recurrent: np.ndarray
+
+    @staticmethod
+    def none(st: GDNLayerState) -> "RecordedRows":
+        """Zero rows to record (a forward), shaped for the layer of ``st``."""
+        C, HV = st.conv.shape[0], st.recurrent.shape[0]
+        return RecordedRows(np.empty((0, C), F32), np.empty((0, HV), F32), np.empty((0, HV), F32),
+                            np.empty((0, *st.conv.shape), F32), np.empty((0, *st.recurrent.shape), F32))
+
+
 @dataclass
 class VerifyRecord:
-    """What one ``verify`` left for ``commit``.
+    """What one ``verify`` leaves for ``commit``; it is ``TargetState.pending`` from the verify's start, and
+    each delta-net layer records its rows into it as they go by (:meth:`rows_of`).
 
     snapshot: the GDN layer states before the verify (index = layer); mixed[l] [R, C], alpha[l] and
     beta[l] [R, HV]: the per-row recurrence inputs (no GEMM is needed to replay them);
@@ -41,6 +65,31 @@ class VerifyRecord:
     alpha: dict[int, np.ndarray]
     beta: dict[int, np.ndarray]
     per_row: dict[int, list[GDNLayerState]] | None = None
+    # per layer, the states after each row: conv [R, C, K-1] and recurrent [R, HV, dk, dv] on the checkpoint
+    # path (per_row's entries are views of their rows), else 0 rows each
+    blocks: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def begin(cls, start_pos: int, rows: int, snapshot: dict[int, GDNLayerState], checkpoints: bool) -> "VerifyRecord":
+        """An empty record of ``rows`` rows for the delta-net layers of ``snapshot`` (sized from their states)."""
+        def empty(*shape: int) -> np.ndarray:
+            return np.empty((rows, *shape), F32)
+
+        rec = cls(start_pos, rows, snapshot, {}, {}, {}, {} if checkpoints else None)
+        for i, s in snapshot.items():
+            C, HV = s.conv.shape[0], s.recurrent.shape[0]
+            rec.mixed[i], rec.alpha[i], rec.beta[i] = empty(C), empty(HV), empty(HV)
+            kept = rows if checkpoints else 0
+            conv, recurrent = rec.blocks[i] = np.empty((kept, *s.conv.shape), F32), np.empty((kept, *s.recurrent.shape), F32)
+            if checkpoints:
+                rec.per_row[i] = [GDNLayerState(conv[t], recurrent[t]) for t in range(rows)]
+        return rec
+
+    def rows_of(self, layer: int, pos: int, n: int) -> RecordedRows:
+        """The slots of rows ``pos .. pos + n - 1`` (absolute positions) of delta-net layer ``layer``."""
+        a, b = pos - self.start_pos, pos - self.start_pos + n
+        conv, recurrent = self.blocks[layer]
+        return RecordedRows(self.mixed[layer][a:b], self.alpha[layer][a:b], self.beta[layer][a:b], conv[a:b], recurrent[a:b])
 
     def checkpoint_nbytes(self) -> int:
         if not self.per_row:

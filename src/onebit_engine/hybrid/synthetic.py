@@ -4,7 +4,7 @@
 layer is sparse, else ``qwen3_next`` (its checkpoint is written in the grouped layout).
 
 Norm weights, ``dt_bias`` and the gated-norm weight are randomised (HF's zero / one initialisations would
-hide layout bugs, hybrid-target.md 5.2).
+hide layout bugs: docs/model-math.md, "Testing on random weights").
 """
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ def random_weights(cfg: TargetConfig, seed: int = 0, scale: float = 1.0) -> dict
 
 
 def random_target(cfg: TargetConfig | None = None, seed: int = 0, *, backend="reference", row_set: int = 8, scale: float = 1.0,
-                  recurrence: str = "auto") -> Target:
+                  ops: str = "auto") -> Target:
     cfg = cfg or tiny_config()
-    return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set, recurrence=recurrence)
+    return Target(cfg, random_weights(cfg, seed, scale), backend=backend, row_set=row_set, ops=ops)
 
 
 def _model_type(cfg: TargetConfig) -> str:

@@ -29,6 +29,7 @@ import numpy as np
 from ..atomic import atomic_write_bytes
 from ..errors import ConfigError
 from . import stagefile
+from .provenance import upgraded
 from .stagefile import HEADER_KEY, STAGE_VERSION, StageError
 
 # Provenance fields that must agree between stages (and with the model the stage is used with).
@@ -321,11 +322,6 @@ def save_draft_stage(path: "str | Path", ds: DraftStage) -> str:
     return ds.checksum
 
 
-def read_stage(path: "str | Path", kind: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(header, tensors) of a stage file of ``kind``; one StageError line for anything wrong."""
-    return stagefile.read(path, kind)
-
-
 def load_capture(path: "str | Path") -> Capture:
     """A capture stage, every field checked: counts and layers in range, step_ms > 0, one prompt /
     tokens / taps tensor per prompt with consistent shapes, token ids inside the vocabulary, finite taps."""
@@ -353,7 +349,7 @@ def load_capture(path: "str | Path") -> Capture:
         prompts.append(pr.tolist())
         tokens.append(tk.tolist())
         taps.append(tp)
-    return Capture(head["provenance"], prompts, tokens, taps, layers, layers_total, step_ms, head["sha256"], vocab)
+    return Capture(upgraded(head["provenance"]), prompts, tokens, taps, layers, layers_total, step_ms, head["sha256"], vocab)
 
 
 def load_draft_stage(path: "str | Path") -> DraftStage:
@@ -372,7 +368,7 @@ def load_draft_stage(path: "str | Path") -> DraftStage:
         a = f.tensor(t, f"p{i}.proposals", np.int64, (None, block - 1))
         f.token_ids(a, f"p{i}.proposals", vocab)
         props.append(a)
-    return DraftStage(head["provenance"], cap_sha, block, props, draft_ms, head["sha256"], vocab)
+    return DraftStage(upgraded(head["provenance"]), cap_sha, block, props, draft_ms, head["sha256"], vocab)
 
 
 __all__ = ["Capture", "DraftStage", "StageError", "STAGE_VERSION", "HEADER_KEY", "check_capture_length",

@@ -2,12 +2,14 @@
 
 A speedup is only a speedup against plain decoding of the same build, kernel set, model, machine and
 prompts, so every field of ``COMPARE_FIELDS`` must agree: the engine version and git revision, every
-kernel identity (target and draft backend, kernel set and hash, draft op set, recurrence), row sets,
+kernel identity (target and draft backend, kernel set and hash, target and draft op set), row sets,
 threads, k, commit path, max_new_tokens, the prompt set (a hash of its token ids) and the host (CPU
 model and flags, core counts, Python, numpy and its BLAS). A field missing from either result (an
-older result, a hand-edited one) counts as a difference: unknown is not equal. A null is a recorded
-value (the host does not expose it, the backend has no kernel hash) and compares as one. ``--allow-mismatch`` prints such results anyway, every row labelled, the differences
-listed. Comparing two builds is what ``onebit bench`` in each build, read side by side, is for.
+older result, a hand-edited one) counts as a difference: unknown is not equal; a key renamed since an
+older result was written (``provenance.RENAMED``: its ``recurrence`` is today's ``ops``) is read under
+its new name. A null is a recorded value (the host does not expose it, the backend has no kernel hash)
+and compares as one. ``--allow-mismatch`` prints such results anyway, every row labelled, the
+differences listed. Comparing two builds is what ``onebit bench`` in each build, read side by side, is for.
 """
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ import math
 from typing import Any
 
 from ..errors import OnebitError
+from .provenance import upgraded
 
 SCHEMA = "onebit.bench/1"
 # Provenance fields two runs must share to be compared (dotted: inside ``host``).
 COMPARE_FIELDS = (
     "engine_version", "git_revision", "model_hash", "draft_hash",
-    "backend", "kernel_set", "kernel_hash", "backend_options", "recurrence",
+    "backend", "kernel_set", "kernel_hash", "backend_options", "ops",
     "draft_backend", "draft_kernel_set", "draft_kernel_hash", "draft_ops", "draft_version",
     "row_set", "plain_1row_row_set", "threads", "commit_path", "k", "max_new_tokens", "prompt_set_hash",
     "machine", "host.arch", "host.system", "host.cpu", "host.cpu_flags", "host.logical_cpus", "host.physical_cores",
@@ -70,6 +73,7 @@ def check_result(doc: Any, name: str) -> dict[str, Any]:
     for key in ("provenance", "results"):
         if not isinstance(doc.get(key), dict):
             raise ResultError(f"{name}: key {key!r} is {_kind(doc.get(key))}, not an object; {again}")
+    doc = {**doc, "provenance": upgraded(doc["provenance"])}  # a result from before a key's rename compares too
     rates = doc["results"].get("tokens_per_s")
     if not isinstance(rates, dict):
         raise ResultError(f"{name}: key 'results.tokens_per_s' is {_kind(rates)}, not an object; {again}")

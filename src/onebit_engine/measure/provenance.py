@@ -22,6 +22,20 @@ def git_revision() -> str:
     return "unknown"
 
 
+# Provenance keys renamed since results were first written: today's name -> the name older files carry.
+RENAMED = {"ops": "recurrence"}  # the target's op table ("numpy" / "numba") was called its recurrence
+
+
+def upgraded(prov: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``prov`` with each renamed key also under today's name, so that a result or stage file
+    written before the rename still loads and compares (the values did not change, only the key)."""
+    out = dict(prov)
+    for new, old in RENAMED.items():
+        if new not in out and old in out:
+            out[new] = out[old]
+    return out
+
+
 def device_provenance(desc: dict[str, Any]) -> dict[str, Any]:
     """For a device backend: the NPU generation, driver and firmware versions (what the probe can read)."""
     if desc.get("backend") != "xrt":
@@ -40,7 +54,8 @@ def run_provenance(target, **extra: Any) -> dict[str, Any]:
     return {**device_provenance(desc),
         "engine_version": __version__, "git_revision": git_revision(), "backend": desc.get("backend"),
         "kernel_set": desc.get("kernel_set"), "kernel_hash": desc.get("manifest_hash") or desc.get("hash"),
-        "backend_events": desc.get("events"), "row_set": target.row_set, "recurrence": getattr(target, "recurrence", None), "model_type": target.config.model_type,
+        "backend_events": desc.get("events"), "row_set": target.row_set,
+        "ops": getattr(getattr(target, "ops", None), "name", None), "model_type": target.config.model_type,
         "machine": f"{platform.machine()} {platform.processor() or platform.system()}", **extra,
     }
 

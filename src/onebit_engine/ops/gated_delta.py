@@ -1,7 +1,7 @@
 """One token of a Gated DeltaNet layer's recurrences: the causal depthwise conv and the gated delta rule.
 
 Both the plain step, the batched verify and the commit replay call :func:`gdn_token` row by row, so a
-replayed state is bitwise the state the verify left (hybrid-target.md 3.3 b-e).
+replayed state is bitwise the state the verify left (docs/model-math.md, "Gated DeltaNet layer", (b)-(e)).
 """
 from __future__ import annotations
 

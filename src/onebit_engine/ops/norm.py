@@ -1,4 +1,4 @@
-"""RMSNorm flavours of the hybrid target (hybrid-target.md 3.1 and 3.3f)."""
+"""RMSNorm flavours of the hybrid target and the draft (docs/model-math.md, "RMSNorm flavours")."""
 from __future__ import annotations
 
 import numpy as np

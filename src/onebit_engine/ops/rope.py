@@ -1,5 +1,6 @@
-"""Rotary embedding, rotate-half (NeoX) convention: the target's partial rotary (hybrid-target.md 3.4,
-one position at a time) and the draft's full-width tables (many positions, kept in a ``RopeTable``)."""
+"""Rotary embedding, rotate-half (NeoX) convention: the target's partial rotary (docs/model-math.md,
+"Gated attention"; one position at a time) and the draft's full-width tables (many positions, kept in
+a ``RopeTable``)."""
 from __future__ import annotations
 
 import numpy as np

@@ -48,7 +48,7 @@ def norm_rope_heads(y, col0, weight, cos, sin, eps, out):
 
 @jit
 def attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
-    """Block rows attend to [context; block] keys without concatenating them (dflash.md 2.4 mask).
+    """Block rows attend to [context; block] keys without concatenating them (the mask of docs/draft.md).
 
     Shapes: q [Hq, B, hd]; kt [Hk, hd, >= s] context keys transposed (``DraftState.kt``); vc [Hk, >= s, hd];
     kb, vb [Hk, B, hd] block keys/values at positions s..s+B-1; out [B, Hq*hd] (written, returned).

@@ -83,7 +83,7 @@ GOLDEN_KINDS = ("random", "extremes", "one_hot", "zero_rows", "max_sum")
 
 
 def golden_inputs(seed: int, kind: str, design: Any) -> tuple[bytes, bytes]:
-    """Fixed-seed A and B bytes for a golden launch (npu-stack.md 6.5): random codes, all +-127 and
+    """Fixed-seed A and B bytes for a golden launch (docs/device.md, "Goldens"): random codes, all +-127 and
     -128, one-hot rows, zero rows, and rows whose sum reaches the largest magnitude at this K."""
     M, K, N = (int(_get(design, x)) for x in ("M", "K", "N"))
     rng = np.random.default_rng([seed, GOLDEN_KINDS.index(kind)])

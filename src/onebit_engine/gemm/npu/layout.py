@@ -15,7 +15,7 @@ Everything else is the host's job, and this module plans it:
 
 Zero padding is exact for an integer GEMM. The compiled sizes are checked at load against the
 padding rules of mlir-aie's whole_array design and the array's DMA limits
-(``shared/reference/npu-stack.md`` 3.2 and 3.6), so every launch the plan makes is one the artifact
+(docs/device.md, "The array and the GEMM design"), so every launch the plan makes is one the artifact
 can run. The emulator (``emulator.py``) decodes the same bytes with its own code.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ C_LAYOUTS = ("row_major_MN",)
 INSTS_UNITS = ("words", "bytes")
 ABI_ARGS = ("opcode", "instr", "ninstr", "A", "B", "C")
 
-# DMA and memory limits of the array (npu-stack.md 3.6, 3.1).
+# DMA and memory limits of the array (docs/device.md, "The array and the GEMM design").
 DMA_MAX_STRIDE_BYTES = 4 << 20      # shim BD step: 20 bits at 32-bit granularity
 DMA_MAX_REPEATS = 64                # 6-bit iteration wrap
 CORE_BD_MAX_WORDS = 16383           # one core BD moves at most this many 32-bit words

@@ -1,6 +1,6 @@
 """Is there a usable AMD XDNA NPU here? ``detect_npu()`` answers with a :class:`DeviceStatus`.
 
-The probe runs the cheap checks first and imports XRT last (npu-stack.md 3.7, 6.6):
+The probe runs the cheap checks first and imports XRT last (docs/device.md, "Detecting an NPU"):
 
 1. Linux; an accel node ``/dev/accel/accel*`` that this user can read and write;
 2. the driver: ``/sys/class/accel/accelN/device`` bound to ``amdxdna`` (or ``/sys/module/amdxdna``

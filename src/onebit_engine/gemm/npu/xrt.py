@@ -6,7 +6,7 @@ very functions host-int uses (``quant/activations.py``); only the exact int32 pr
 (``kernels/``, described by a :class:`~.layout.KernelManifest`). Integer sums are exact, so
 padding, splitting and summing K blocks on the host change nothing.
 
-The launch sequence is the canonical one (npu-stack.md 2.2): one ``pyxrt.device`` per process
+The launch sequence is the canonical one (docs/device.md, "The launch"): one ``pyxrt.device`` per process
 (shared by every backend instance), ``register_xclbin``, one ``hw_context`` and ``kernel`` per
 artifact, the instruction stream in a ``cacheable`` BO, data in ``host_only`` BOs; per launch
 ``kernel(3, insts, ninstr, A, B, C)`` then ``run.wait(timeout_ms)`` checked against COMPLETED.

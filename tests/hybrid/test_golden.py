@@ -4,7 +4,7 @@ without torch: a wrong formula fails plain ``pytest`` even where the HF oracle (
 Each golden holds a seeded tiny checkpoint (float16 weights) and what HF computed on it in float32: the
 prefill's logits, the logits of single cached steps after it, and the cache after the prefill. The
 engine runs the same prompt and steps on the reference backend (host-int quantizes, so its logits are
-not HF's; it is tied to the reference by its own tests), on each recurrence path.
+not HF's; it is tied to the reference by its own tests), with each op table.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ NAMES = sorted(d.name for d in GOLDEN.iterdir() if (d / "meta.json").is_file())
 # float32 but sum in other orders (BLAS vs torch, HF's chunked prefill vs the engine's per-token delta
 # rule, the compiled path's float32 loops), so they agree to ~1e-6 relative, not bitwise.
 GOLDEN_RTOL = 2e-5  # max |diff| / max |reference|, per array
-RECURRENCES = ["numpy"] + (["numba"] if gdn_mixer_rows is not None else [])
+OPS_NAMES = ["numpy"] + (["numba"] if gdn_mixer_rows is not None else [])
 
 
 def meta(name: str) -> dict:
@@ -40,10 +40,10 @@ def golden(name: str) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
-def engine_arrays(name: str, recurrence: str = "numpy") -> dict[str, np.ndarray]:
+def engine_arrays(name: str, ops: str = "numpy") -> dict[str, np.ndarray]:
     """The engine's counterpart of every golden array, under the golden's names."""
     m = meta(name)
-    target = load_target(GOLDEN / name / "checkpoint", backend="reference", row_set=8, recurrence=recurrence)
+    target = load_target(GOLDEN / name / "checkpoint", backend="reference", row_set=8, ops=ops)
     st = target.new_state()
     out = {"prefill_logits": target.forward(m["prompt"], st).logits}
     for i, layer in enumerate(st.layers):
@@ -73,11 +73,11 @@ def test_goldens_cover_every_supported_model_type():
     assert any(meta(n)["model_type"] == "qwen3_next" and meta(n)["builder"] == "build_moe" for n in NAMES)
 
 
-@pytest.mark.parametrize("recurrence", RECURRENCES)
+@pytest.mark.parametrize("ops", OPS_NAMES)
 @pytest.mark.parametrize("name", NAMES)
-def test_engine_matches_hf_golden(name, recurrence):
-    err = errors(engine_arrays(name, recurrence), golden(name))
-    print(f"\n{name} {recurrence} max rel err vs HF: {max(err.values()):.2e} ({max(err, key=err.get)})")
+def test_engine_matches_hf_golden(name, ops):
+    err = errors(engine_arrays(name, ops), golden(name))
+    print(f"\n{name} {ops} max rel err vs HF: {max(err.values()):.2e} ({max(err, key=err.get)})")
     assert max(err.values()) < GOLDEN_RTOL, err
 
 
@@ -85,7 +85,7 @@ def test_engine_matches_hf_golden(name, recurrence):
 def test_verify_rows_match_hf_steps(name):
     """A verify of the step tokens gives, row for row, HF's cached single steps."""
     m = meta(name)
-    target = load_target(GOLDEN / name / "checkpoint", row_set=8, recurrence="numpy")
+    target = load_target(GOLDEN / name / "checkpoint", row_set=8, ops="numpy")
     st = target.new_state()
     target.forward(m["prompt"], st)
     rows = target.verify(m["steps"], st).logits
@@ -103,9 +103,10 @@ _TargetConfig_rot_dim = TargetConfig.rot_dim
 
 
 def _mutate(mp: pytest.MonkeyPatch, mutation: str) -> None:
-    import onebit_engine.hybrid.layers as layers_mod
-    import onebit_engine.hybrid.model as model_mod
+    import dataclasses
+
     import onebit_engine.hybrid.moe_mlp as moe_mlp
+    import onebit_engine.hybrid.ops as target_ops
     from onebit_engine.ops.moe import route
     from onebit_engine.ops.norm import rms_norm_zc
 
@@ -113,8 +114,8 @@ def _mutate(mp: pytest.MonkeyPatch, mutation: str) -> None:
         mp.setattr(gated_delta, "delta_rule_step", _negated_update)
     elif mutation == "rmsnorm-no-centring":  # x / rms(x) * w instead of * (1 + w)
         uncentred = lambda x, w, eps: rms_norm_zc(x, w - np.float32(1.0), eps)  # noqa: E731
-        mp.setattr(layers_mod, "rms_norm_zc", uncentred)
-        mp.setattr(model_mod, "rms_norm_zc", uncentred)
+        mp.setattr(target_ops, "rms_norm_zc", uncentred)  # the q/k norms of the numpy attention
+        mp.setattr(target_ops, "NUMPY_OPS", dataclasses.replace(target_ops.NUMPY_OPS, norm=uncentred))  # layer + final
     elif mutation == "rope-full-rotary":  # partial_rotary_factor ignored: every dim rotated
         mp.setattr(TargetConfig, "rot_dim", property(lambda self: self.head_dim))
     elif mutation == "moe-no-renormalise":  # top-k weights left as softmax probabilities

@@ -1,0 +1,205 @@
+"""The target's non-GEMM operations in two interchangeable tables, chosen once when the target is built
+(``ops=``, resolved by ``ops/op_sets.py``): ``NUMPY_OPS``, the readable reference twins below, and
+``NUMBA_OPS``, thin wrappers over the compiled twins of ``ops/*_fast.py`` (same math, same per-row order).
+
+Each op is what a layer runs between its projections, for the R rows of one row set of which the first
+n are real (rows >= n come back zero): the delta-net mixer (and a commit's replay of it), gated attention,
+the zero-centred RMSNorm and the SwiGLU gate. Both tables take the same arguments and return the same
+shapes. ``tests/hybrid/test_target_ops_twins.py`` pins each op of the two tables together (to a named
+tolerance: float32 loops against numpy's reductions), and the exact claims of the target are tested on
+both tables. Math: docs/model-math.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..ops.attention import attend_row
+from ..ops.attention_fast import attention_rows
+from ..ops.gated_delta import gdn_token
+from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast, set_threads
+from ..ops.kv_cache import KVCache
+from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
+from ..ops.norm_fast import rms_norm_rows, silu_mul
+from ..ops.op_sets import resolve_ops_name
+from ..ops.rope import apply_rope, cos_sin
+from .state import GDNLayerState, RecordedRows
+
+F32 = np.float32
+
+
+def bounds(widths: Sequence[int]) -> tuple[int, ...]:
+    """Column bounds of a fused projection's parts: widths [a, b, c] -> (0, a, a+b, a+b+c)."""
+    return tuple(int(v) for v in np.cumsum([0, *widths]))
+
+
+def cut(y: np.ndarray, b: tuple[int, ...]) -> list[np.ndarray]:
+    """The parts of y [R, total] as column views (np.split's result, without its ~25 us per call)."""
+    return [y[:, lo:hi] for lo, hi in zip(b[:-1], b[1:])] + [y[:, b[-1]:]]
+
+
+@dataclass(frozen=True)
+class GDNParams:
+    """What the delta-net ops read of one layer. conv_weight [C, K]; neg_A = -exp(A_log), dt_bias [HV];
+    norm_weight [dv] (float32); splits: the in_proj output's column bounds, [mixed (C) | z (HV*dv) | b | a]."""
+
+    conv_weight: np.ndarray
+    neg_A: np.ndarray
+    dt_bias: np.ndarray
+    norm_weight: np.ndarray
+    eps: np.float32
+    n_k_heads: int
+    n_v_heads: int
+    dk: int
+    dv: int
+    splits: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AttentionParams:
+    """What gated attention reads of one layer. q_norm, k_norm [hd] (zero-centred); freqs [rot / 2];
+    scale hd^-0.5; splits: the fused q/k/v output's column bounds, [per head query | gate (2*H*hd) | k | v]."""
+
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    freqs: np.ndarray
+    scale: float
+    eps: np.float32
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    splits: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TargetOps:
+    """One op table. ``gdn_rows`` and ``attention_rows`` advance the layer state they are given by n rows."""
+
+    name: str
+    norm: Callable[[np.ndarray, np.ndarray, float], np.ndarray]  # x [R, D], w [D], eps -> [R, D]
+    silu_mul: Callable[[np.ndarray], np.ndarray]  # [gate | up] [R, 2I] -> silu(gate) * up [R, I]
+    # proj [R, C + HV*dv + 2*HV], n, state, params, rows to record (a verify) or None -> [R, HV*dv]
+    gdn_rows: Callable[[np.ndarray, int, GDNLayerState, GDNParams, "RecordedRows | None"], np.ndarray]
+    # state (advanced in place), mixed [a, C], alpha, beta [a, HV], params -> None
+    gdn_replay: Callable[[GDNLayerState, np.ndarray, np.ndarray, np.ndarray, GDNParams], None]
+    # qkv [R, 2*H*hd + 2*HKV*hd], n, cache, position of row 0, params -> [R, H*hd]
+    attention_rows: Callable[[np.ndarray, int, KVCache, int, AttentionParams], np.ndarray]
+    # how many threads the ops may use (the GEMM backend's count); the bits never depend on it
+    use_threads: Callable[[int], None]
+
+
+# -- the numpy twins ------------------------------------------------------------------------------
+def silu_mul_numpy(y: np.ndarray) -> np.ndarray:
+    gate, up = cut(y, (0, y.shape[1] // 2))
+    return silu(gate) * up
+
+
+def gdn_rows_numpy(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None) -> np.ndarray:
+    """Gates, then :func:`ops.gated_delta.gdn_token` a token at a time, then the gated norm."""
+    R = proj.shape[0]
+    mixed, z, b, a = cut(proj, p.splits)  # [R, C], [R, HV*dv], [R, HV] x 2
+    z = z.reshape(R, p.n_v_heads, p.dv)
+    beta = sigmoid(b)  # [R, HV]
+    alpha = np.exp(p.neg_A * softplus(a + p.dt_bias))  # [R, HV], in (0, 1]
+    o = np.zeros((R, p.n_v_heads, p.dv), F32)
+    for t in range(n):
+        o[t], st.conv, st.recurrent = gdn_token(st.conv, st.recurrent, mixed[t], alpha[t], beta[t], p.conv_weight,
+                                                p.n_k_heads, p.dk, p.dv)
+        if rec is not None and len(rec.conv):
+            rec.conv[t], rec.recurrent[t] = st.conv, st.recurrent
+    if rec is not None:
+        rec.mixed[:], rec.alpha[:], rec.beta[:] = mixed[:n], alpha[:n], beta[:n]
+    y = gated_rms_norm(o, z, p.norm_weight, p.eps).reshape(R, p.n_v_heads * p.dv)
+    y[n:] = 0.0
+    return y
+
+
+def gdn_replay_numpy(st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> None:
+    for t in range(len(mixed)):
+        _, st.conv, st.recurrent = gdn_token(st.conv, st.recurrent, mixed[t], alpha[t], beta[t], p.conv_weight,
+                                             p.n_k_heads, p.dk, p.dv)
+
+
+def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> np.ndarray:
+    """q/k norms, partial RoPE at each row's position, KV append, then :func:`ops.attention.attend_row`
+    over the row's own key prefix, times the sigmoid gate; a row at a time."""
+    R, H, HKV, hd = qkv.shape[0], p.n_heads, p.n_kv_heads, p.head_dim
+    qg, k, v = cut(qkv, p.splits)
+    qg = qg.reshape(R, H, 2 * hd)  # per head [query | gate]
+    q, gate = qg[..., :hd], qg[..., hd:].reshape(R, H * hd)
+    q = rms_norm_zc(q, p.q_norm, p.eps)
+    k = rms_norm_zc(k.reshape(R, HKV, hd), p.k_norm, p.eps)
+    v = v.reshape(R, HKV, hd)
+    out = np.zeros((R, H, hd), F32)
+    for t in range(n):
+        cos, sin = cos_sin(pos + t, p.freqs)
+        kv.append(apply_rope(k[t], cos, sin), v[t])
+        keys, values = kv.prefix(kv.length)
+        out[t] = attend_row(apply_rope(q[t], cos, sin), keys, values, p.scale)
+    y = out.reshape(R, H * hd) * sigmoid(gate)
+    y[n:] = 0.0
+    return y
+
+
+def one_thread(n: int) -> None:
+    """The numpy twins run on the calling thread (and numpy's BLAS, which the GEMM backend configures)."""
+
+
+NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy,
+                      one_thread)
+
+
+# -- the compiled table: thin wrappers that allocate the outputs ------------------------------------
+def norm_numba(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    out = np.empty_like(x)
+    rms_norm_rows(x, weight, F32(eps), True, out)
+    return out
+
+
+def silu_mul_numba(y: np.ndarray) -> np.ndarray:
+    out = np.empty((y.shape[0], y.shape[1] // 2), F32)
+    silu_mul(y, out)
+    return out
+
+
+def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None) -> np.ndarray:
+    st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)  # updated in place below
+    rec = rec if rec is not None else RecordedRows.none(st)
+    out = np.empty((proj.shape[0], p.n_v_heads * p.dv), F32)
+    gdn_mixer_rows(proj, n, st.conv, st.recurrent, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
+                   p.n_k_heads, p.dk, p.dv, rec.mixed, rec.alpha, rec.beta, rec.conv, rec.recurrent, out)
+    return out
+
+
+def gdn_replay_numba(st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> None:
+    gdn_replay_fast(st.conv, st.recurrent, mixed, alpha, beta, p.conv_weight, p.n_k_heads, p.dk, p.dv)
+
+
+def attention_rows_numba(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> np.ndarray:
+    kv.reserve(kv.length + n)
+    out = np.empty((qkv.shape[0], p.n_heads * p.head_dim), F32)
+    attention_rows(qkv, n, pos, kv.length, kv.keys, kv.values, p.q_norm, p.k_norm, p.eps, p.freqs, p.n_heads,
+                   F32(p.scale), out)
+    kv.length += n
+    return out
+
+
+def _owned(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when the compiled path may update it in place (its own C-contiguous float32 memory),
+    else a copy: an in-place update must never reach an array someone else holds a view of."""
+    if a.dtype == F32 and a.flags.c_contiguous and a.flags.owndata and a.flags.writeable:
+        return a
+    return np.array(a, dtype=F32, order="C")
+
+
+NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba,
+                      set_threads)  # the compiled delta rule runs a call's heads in parallel
+
+
+def resolve_ops(name: "str | TargetOps") -> TargetOps:
+    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed) -> the table; a table passes through."""
+    if isinstance(name, TargetOps):
+        return name
+    return NUMBA_OPS if resolve_ops_name(name, "target") == "numba" else NUMPY_OPS
