@@ -79,3 +79,13 @@ def test_the_oracle_refuses_a_truth_the_loop_left(tmp_path):
     oracle = OracleDraft(draft, wrong, 2, profile("1", 7), 512)
     with pytest.raises(ConfigError, match="does not hold the anchor"):
         speculative_generate(target, oracle, [1, 2], max_new_tokens=10, k=7, stop_tokens=())
+
+
+def test_a_short_run_keeps_what_the_profile_says():
+    from onebit_engine.measure.oracle import accepted_count, weyl
+
+    for spec in ("0.8", "0.5", "pair", "seed"):
+        prof = profile(spec, 7)
+        counts = [accepted_count(prof.keep, weyl(r)) for r in range(12)]  # a dozen rounds, as a 48-token run has
+        assert abs(1 + sum(counts) / len(counts) - prof.expected_tokens()) < 0.06 * prof.expected_tokens(), spec
+    assert accepted_count((1.0,) * 7, 0.999) == 7 and accepted_count((0.0,) * 7, 0.0) == 0

@@ -4,7 +4,9 @@ The scale benchmark asks what the loop gives at a model's size when the draft is
 one. :class:`OracleDraft` runs the real draft every round (its context update, its forward over the
 block, its lm_head over the drafted rows and its selector: everything ``Draft.propose`` does) and then
 proposes the target's own greedy continuation instead of what the draft said, each token kept with the
-profile's probability for its position until the first miss (a miss proposes another token). The loop
+profile's probability for its position until the first miss (a miss proposes another token); a round's
+count of kept drafts is drawn by inverse CDF from a Weyl sequence, one number a round, so a run of a
+dozen rounds already averages what the profile says. The loop
 verifies as always, so its output must still equal plain greedy decoding, which the benchmark checks.
 
 Profiles (:func:`profile`), as per-position probabilities ``c[i]`` that draft ``i + 1`` is kept given
@@ -101,14 +103,35 @@ def _pair_keep(k: int) -> tuple[float, ...]:
     return tuple(keep)
 
 
+def weyl(r: int, seed: int = 0) -> float:
+    """Round r's number in [0, 1): the golden-ratio (Weyl) sequence from a seeded start. Spread evenly, so the
+    accept counts drawn from it average to the profile's mean within a few rounds (independent draws of a
+    ten-round run scatter by +-20%)."""
+    return (0.5 + seed * 0.1234567 + r * 0.6180339887498949) % 1.0
+
+
+def accepted_count(keep, u: float) -> int:
+    """How many drafts a round keeps, by the inverse CDF at u: the largest m with P(at least m kept) =
+    keep[0] x ... x keep[m-1] > u."""
+    alive, m = 1.0, 0
+    for c in keep:
+        alive *= c
+        if alive <= u:
+            break
+        m += 1
+    return m
+
+
 class OracleDraft:
     """Wraps a real draft (see the module docstring). ``truth``: the target's greedy tokens after the
-    prompt (plain decoding's output, at least as long as the loop will emit); misses are seeded by
-    position, so every repeat of a run proposes the same tokens."""
+    prompt (plain decoding's output, at least as long as the loop will emit). A round's accept count is
+    drawn from one number of a Weyl sequence over the run's rounds, so every repeat of a run proposes the
+    same tokens and even a short run keeps, on average, what the profile says."""
 
     def __init__(self, draft, truth: list[int], prompt_len: int, prof: Profile, vocab: int, seed: int = 0):
         self.inner, self.truth, self.prompt_len, self.profile, self.vocab, self.seed = draft, truth, prompt_len, prof, vocab, seed
         self.config, self.block_size, self.backend = draft.config, draft.block_size, getattr(draft, "backend", None)
+        self.round = 0
 
     def new_state(self):
         return self.inner.new_state()
@@ -122,10 +145,9 @@ class OracleDraft:
         if not 0 <= i < len(self.truth) or self.truth[i] != anchor:
             raise ConfigError(f"the oracle's truth does not hold the anchor at generated token {i}: the loop left plain "
                               f"greedy decoding, or the truth is too short ({len(self.truth)} tokens)")
+        self.round = 0 if i == 0 else self.round + 1  # a run's first round proposes after generated token 0
         toks = np.array((self.truth[i + 1 : i + 1 + n] + [0] * n)[:n], np.int64)
-        r = np.random.default_rng([self.seed, i])
-        for j in range(n):
-            if r.random() >= self.profile.keep[j]:
-                toks[j] = (toks[j] + 1) % self.vocab  # a miss: anything but the target's token
-                break
+        kept = accepted_count(self.profile.keep[:n], weyl(self.round, self.seed))
+        if kept < n:
+            toks[kept] = (toks[kept] + 1) % self.vocab  # the first miss: anything but the target's token
         return SimpleNamespace(tokens=toks, q=prop.q)
