@@ -1,8 +1,9 @@
 """``Verifier``: the checks bound to one port, its tolerance profile, the run's settings and a seed.
 
 The ``specverify`` fixture returns one (the plugin builds it from ``specverify_port``,
-``specverify_tolerance``, ``specverify_settings`` and ``specverify_seed``); the ``check_*`` fixtures are its
-bound methods. It is a plain class (no pytest here), so it also runs outside pytest::
+``specverify_tolerance``, ``specverify_settings`` and ``specverify_seed``): the one surface of the plugin
+(the battery and the docs call ``specverify.<check>``). The checks are its methods marked ``@check``;
+``Verifier.CHECKS`` is read from those marks, so the names are written once. It is a plain class (no pytest here), so it also runs outside pytest::
 
     v = Verifier(port, profile("exact"), Settings(), seed=0)
     v.commit_equivalence(port.encode("hello"), k_values=(0, 1))
@@ -22,6 +23,12 @@ from .session import Settings
 DRAFT_SAMPLES = 800  # proposals of the draft-sampling check when the run does not set --specverify-samples
 
 
+def check(method: Callable) -> Callable:
+    """Marks a ``Verifier`` method as one of the checks (``Verifier.CHECKS`` lists the marked ones)."""
+    method.is_check = True
+    return method
+
+
 def call(fn: Callable[..., Any], *args, **kwargs) -> Any:
     """The default ``run``: the check, called as it is."""
     __tracebackhide__ = True
@@ -32,9 +39,8 @@ class Verifier:
     """The checks of ``pytest_specverify`` on ``port``, judged by ``tolerance``, with ``settings`` (the
     run's options) for what a call leaves at ``None`` and ``seed`` (the test's seed) for the seeded ones."""
 
-    #: one method per check; the plugin's ``check_<name>`` fixtures are these methods
-    CHECKS = ("commit_equivalence", "greedy_identity", "forced_acceptance", "self_draft", "replay", "sampling",
-              "draft_sampling", "fuzz", "prefill_consistency", "long_context", "draft_consistency")
+    #: the names of the methods marked ``@check``, in the order they are defined (set after the class)
+    CHECKS: tuple[str, ...] = ()
 
     def __init__(self, port, tolerance, settings: Settings | None = None, seed: int = 0,
                  run: Callable[..., Any] = call):
@@ -63,6 +69,7 @@ class Verifier:
         return self.settings.k_values if k_values is None else k_values
 
     # -- the checks ------------------------------------------------------------------------------
+    @check
     def commit_equivalence(self, prompt, k_values=None, **kw):
         """``commit_equivalence(prompt_ids, k_values=None, paths=None)``: check 1 (every commit path, every
         kept-row count 0..k+1, then one step, against single steps)."""
@@ -72,6 +79,7 @@ class Verifier:
         return self.run(commit_equivalence, self.port, prompt, self._k_values(k_values), tol=self.tolerance,
                         seed=self.seed, **kw)
 
+    @check
     def greedy_identity(self, prompt, draft=None, *, k=None, max_new_tokens=None, **kw):
         """``greedy_identity(prompt_ids, draft=None, k=None, max_new_tokens=None)``: check 2 (default draft:
         the port's own ``make_draft()``, and k at most its ``max_k``). Returns the report with accept rate
@@ -83,6 +91,7 @@ class Verifier:
         return self.run(greedy_identity, self.port, prompt, d, k=self._k(k, own_draft=draft is None),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
 
+    @check
     def forced_acceptance(self, prompt, k=None, **kw):
         """``forced_acceptance(prompt_ids, k=None, pattern=None, commit_path=None)``: the loop with a forcing
         draft; every accept count 0..k on purpose, counted (k = 0: the zero-draft loop)."""
@@ -91,6 +100,7 @@ class Verifier:
 
         return self.run(forced_acceptance, self.port, prompt, k=self._k(k), tol=self.tolerance, **kw)
 
+    @check
     def self_draft(self, prompt, k=None, max_new_tokens=None, **kw):
         """``self_draft(prompt_ids, k=None, max_new_tokens=None)``: draft == target accepts everything."""
         __tracebackhide__ = True
@@ -99,6 +109,7 @@ class Verifier:
         return self.run(self_draft_accepts_all, self.port, prompt, k=self._k(k),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
 
+    @check
     def replay(self, prompt, k_values=None):
         """``replay(prompt_ids, k_values=None)``: check 3 (full accepts: kept state == replayed state within
         the profile, bitwise for an exact one; the port's own replay check agrees or is NotSupported)."""
@@ -108,6 +119,7 @@ class Verifier:
         return self.run(replay_matches_keep, self.port, prompt, self._k_values(k_values), tol=self.tolerance,
                         seed=self.seed)
 
+    @check
     def sampling(self, prompt, samples=None, **kw):
         """``sampling(prompt_ids, samples=None, temperature=1.0)``: check 4 (distribution preservation at
         T > 0; samples None: ``--specverify-samples``, else sized by power)."""
@@ -118,6 +130,7 @@ class Verifier:
                         samples=self.settings.samples if samples is None else samples, seed=self.seed,
                         tol=self.tolerance, **kw)
 
+    @check
     def draft_sampling(self, prompt, samples=None, k=None, **kw):
         """``draft_sampling(prompt_ids, samples=None, k=None, temperature=1.0)``: the port's own draft at
         T > 0 draws each token from the q it reports (q rows are distributions, q[0] fixed for a fixed
@@ -130,6 +143,7 @@ class Verifier:
         return self.run(draft_sampling, self.port, prompt, samples=samples, k=self._k(k, own_draft=True),
                         tol=self.tolerance, seed=self.seed, **kw)
 
+    @check
     def fuzz(self, prompt, k_max=None, **kw):
         """``fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``: check 5 (Hypothesis state machine,
         seeded from the test's seed unless a ``seed`` is given)."""
@@ -139,6 +153,7 @@ class Verifier:
         kw.setdefault("seed", self.seed)
         return self.run(run_commit_fuzz, self.port, prompt, k_max=self._k(k_max), tol=self.tolerance, **kw)
 
+    @check
     def prefill_consistency(self, prompt, max_new_tokens=None, **kw):
         """``prefill_consistency(prompt_ids, max_new_tokens=None, temperature=1.0)``: decode with sampling
         one step at a time, re-prefill prompt + output in one pass, compare the tokens' log-probs (k3 KL
@@ -149,6 +164,7 @@ class Verifier:
         return self.run(decode_prefill_consistency, self.port, prompt, max_new_tokens=self._max_new_tokens(max_new_tokens),
                         tol=self.tolerance, seed=self.seed, **kw)
 
+    @check
     def long_context(self, prompt, length=None, k=None, **kw):
         """``long_context(prompt_ids, length=None, k=None)``: fill the context to ``length`` tokens
         (``--specverify-context``); step-by-step decode vs one prefill position by position, then one
@@ -159,6 +175,7 @@ class Verifier:
         return self.run(long_context, self.port, prompt, length=self.settings.context if length is None else length,
                         k=self._k(k), tol=self.tolerance, seed=self.seed, **kw)
 
+    @check
     def draft_consistency(self, prompt, k=None, max_new_tokens=None, **kw):
         """``draft_consistency(prompt_ids, k=None, max_new_tokens=None, commit_path=None)``: the port's draft
         in the port's greedy loop proposes what a fresh draft state with the same context proposes."""
@@ -167,3 +184,6 @@ class Verifier:
 
         return self.run(draft_consistency, self.port, prompt, k=self._k(k, own_draft=True),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
+
+
+Verifier.CHECKS = tuple(name for name, fn in vars(Verifier).items() if getattr(fn, "is_check", False))

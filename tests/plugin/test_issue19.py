@@ -78,10 +78,10 @@ def test_a_port_whose_loop_refuses_k0_declares_min_k_and_is_skipped():
 def test_fixtures_pass_an_explicit_k0_on(sv_pytester):
     _tiny_rnn_project(sv_pytester)
     sv_pytester.makepyfile("""
-def test_k0(check_forced_acceptance, check_greedy_identity, specverify_port):
-    r = check_forced_acceptance(specverify_port.encode("hi there"), k=0)
+def test_k0(specverify, specverify_port):
+    r = specverify.forced_acceptance(specverify_port.encode("hi there"), k=0)
     assert r.counts and set(r.counts) == {0}
-    r = check_greedy_identity(specverify_port.encode("hi there"), k=0, max_new_tokens=6)
+    r = specverify.greedy_identity(specverify_port.encode("hi there"), k=0, max_new_tokens=6)
     assert r.metrics["tokens"] == 6 and r.metrics["acceptance_rate"] == 0.0
 """)
     sv_pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
@@ -146,8 +146,8 @@ def test_profile(specverify_tolerance):
 def test_a_conftest_port_is_named_with_its_profile_and_measured_error(sv_pytester):
     _tiny_rnn_project(sv_pytester)
     sv_pytester.makepyfile("""
-def test_commit(check_commit_equivalence, specverify_port):
-    check_commit_equivalence(specverify_port.encode("hello"), k_values=(0, 3))
+def test_commit(specverify, specverify_port):
+    specverify.commit_equivalence(specverify_port.encode("hello"), k_values=(0, 3))
 """)
     result = sv_pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

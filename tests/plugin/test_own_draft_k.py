@@ -41,7 +41,7 @@ def specverify_port():
     return port
 ''')
     pytester.makepyfile('''
-def test_k(check_greedy_identity, check_draft_consistency, specverify_port):
+def test_k(specverify, specverify_port):
     ids = specverify_port.encode("The capital of France is")
     seen = []
     inner = specverify_port.speculative_generate
@@ -49,8 +49,8 @@ def test_k(check_greedy_identity, check_draft_consistency, specverify_port):
         seen.append(kw["k"])
         return inner(*a, **kw)
     specverify_port.speculative_generate = spy
-    check_greedy_identity(ids)
-    check_draft_consistency(ids)
+    specverify.greedy_identity(ids)
+    specverify.draft_consistency(ids)
     assert set(seen) == {2}, seen
 ''')
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "--specverify-k", "0,1,5")

@@ -48,12 +48,12 @@ def test_help_shows_every_option_with_its_default(sv_pytester):
         "*--specverify-backend=NAME*", "*--specverify-row-set=N*",
         "*--specverify-prompts=SET*", "*--specverify-num-prompts=N*", "*--specverify-k=K,K,...*",
         "*--specverify-profile=NAME*", "*--specverify-seed=INT*", "*--specverify-samples=N*",
-        "*--specverify-context=N*", "*--specverify-require-device*",
+        "*--specverify-context=N*", "*--specverify-reference=PATH*", "*--specverify-require-device*",
     ])
     text = result.stdout.str()
     block = text[text.index("speculative-decoding verification"):]
     block = block[: block.index("\n\n")]
-    assert block.count("Default:") == 12
+    assert block.count("Default:") == 13
 
 
 def test_markers_pass_strict_markers_and_the_device_test_skips_with_the_reason(sv_pytester):
@@ -123,11 +123,11 @@ def test_b(specverify_seed, request):
 
 
 PASSING = """
-def test_commit_equivalence(check_commit_equivalence, specverify_port):
-    check_commit_equivalence(specverify_port.encode("hello"), k_values=(0, 2))
+def test_commit_equivalence(specverify, specverify_port):
+    specverify.commit_equivalence(specverify_port.encode("hello"), k_values=(0, 2))
 
-def test_greedy_identity(check_greedy_identity, specverify_prompt_ids):
-    report = check_greedy_identity(specverify_prompt_ids, max_new_tokens=8)
+def test_greedy_identity(specverify, specverify_prompt_ids):
+    report = specverify.greedy_identity(specverify_prompt_ids, max_new_tokens=8)
     assert report.metrics["tokens"] == 8
 """
 
@@ -150,8 +150,8 @@ def specverify_port():
     return mutants.build("kv_trimmed_one_long")
 """)
     sv_pytester.makepyfile("""
-def test_commit_equivalence(check_commit_equivalence, specverify_port):
-    check_commit_equivalence(specverify_port.encode("hello"), k_values=(1,))
+def test_commit_equivalence(specverify, specverify_port):
+    specverify.commit_equivalence(specverify_port.encode("hello"), k_values=(1,))
 """)
     result = sv_pytester.runpytest()
     result.assert_outcomes(failed=1)
@@ -173,8 +173,8 @@ def specverify_port():
     return mutants.build("bonus_duplicated")
 """)
     sv_pytester.makepyfile("""
-def test_greedy(check_greedy_identity, specverify_port):
-    check_greedy_identity(specverify_port.encode("The capital of France is"), k=3)
+def test_greedy(specverify, specverify_port):
+    specverify.greedy_identity(specverify_port.encode("The capital of France is"), k=3)
 """)
     result = sv_pytester.runpytest()
     result.assert_outcomes(failed=1)

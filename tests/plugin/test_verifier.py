@@ -1,6 +1,6 @@
 """The ``specverify`` fixture (a ``verifier.Verifier``): one method per check, a None parameter takes the
-run's value and any other value (0 included) reaches the check as given, and the ``check_*`` fixtures are
-its methods under their older names."""
+run's value and any other value (0 included) reaches the check as given, and it is the plugin's one
+surface (the ``check_*`` alias fixtures are gone; the check names are written once, as marked methods)."""
 import inspect
 import subprocess
 import sys
@@ -156,29 +156,24 @@ def test_the_verifier_module_imports_no_pytest():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-# -- (c) the check_* fixtures are the methods ----------------------------------------------------------
-def test_the_methods_keep_the_check_fixtures_signatures(specverify):
-    from pytest_specverify import plugin
-
+# -- (c) one surface: the methods, named once --------------------------------------------------------
+def test_the_methods_keep_the_check_signatures(specverify):
     assert Verifier.CHECKS == tuple(SIGNATURES)
-    assert plugin.CHECKS == tuple(f"check_{m}" for m in Verifier.CHECKS)  # every method has its alias fixture
     assert {m: str(inspect.signature(getattr(specverify, m))) for m in Verifier.CHECKS} == SIGNATURES
 
 
-def test_every_check_fixture_is_the_method_of_the_same_name(request, specverify, spies):
+def test_the_plugin_offers_no_check_alias_fixtures(request):
+    from pytest_specverify import plugin
+
+    assert not [n for n in vars(plugin) if n.startswith("check_")]
     for method in Verifier.CHECKS:
-        alias = request.getfixturevalue(f"check_{method}")
-        assert alias == getattr(specverify, method), method
-        given, _ = EXPLICIT[method]
-        alias([4, 5], **given)
-        getattr(specverify, method)([4, 5], **given)
-        first, second = spies[method]
-        assert first == second, method
+        with pytest.raises(pytest.FixtureLookupError):
+            request.getfixturevalue(f"check_{method}")
 
 
-def test_an_alias_and_its_method_report_the_same_on_the_port(check_commit_equivalence, specverify, specverify_port):
+def test_a_method_reports_the_same_twice_on_the_port(specverify, specverify_port):
     ids = specverify_port.encode("hi")
-    a = check_commit_equivalence(ids, k_values=(1,))
+    a = specverify.commit_equivalence(ids, k_values=(1,))
     b = specverify.commit_equivalence(ids, k_values=(1,))
     assert a.counts == b.counts and a.counts and a.metrics.keys() == b.metrics.keys()
 
@@ -196,15 +191,16 @@ def test_greedy_identity(specverify, specverify_prompt_ids):
 def test_the_zero_draft_loop(specverify):
     specverify.forced_acceptance(specverify.port.encode("def f():"), k=0)
 
-def test_the_zero_draft_loop_through_the_alias(check_forced_acceptance, specverify_port):
-    check_forced_acceptance(specverify_port.encode("def f():"), k=0)
+def test_the_old_alias_is_gone(check_forced_acceptance):
+    pass
 """
 
 
 def test_the_specverify_fixture_in_a_project(sv_pytester):
     sv_pytester.makepyfile(USES_SPECVERIFY)
     result = sv_pytester.runpytest("--specverify-num-prompts", "1", "-rs", "-p", "no:cacheprovider")
-    # k = 0 reaches the check as 0: the engine's loop declares min_k = 1, so both are the visible skip
-    # (a k turned into the run's k would run the loop at k = 15 and pass)
-    result.assert_outcomes(passed=2, skipped=2)
-    result.stdout.fnmatch_lines(["*SKIPPED*declares min_k = 1: its loop refuses k = 0*"] * 2)
+    # k = 0 reaches the check as 0: the engine's loop declares min_k = 1, so it is the visible skip
+    # (a k turned into the run's k would run the loop at k = 15 and pass); the old alias fixture is gone
+    result.assert_outcomes(passed=2, skipped=1, errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'check_forced_acceptance' not found*",
+                                 "*SKIPPED*declares min_k = 1: its loop refuses k = 0*"])

@@ -2,8 +2,8 @@
 import pytest
 
 
-def test_greedy_identity_on_default_prompts(check_greedy_identity, specverify_prompt_ids):
-    report = check_greedy_identity(specverify_prompt_ids, k=7, max_new_tokens=48)
+def test_greedy_identity_on_default_prompts(specverify, specverify_prompt_ids):
+    report = specverify.greedy_identity(specverify_prompt_ids, k=7, max_new_tokens=48)
     print(f"acceptance {report.metrics['acceptance_rate']:.2f}, tokens/round {report.metrics['tokens_per_round']:.2f}")
 
 
@@ -22,31 +22,31 @@ def test_the_trained_draft_gets_tokens_accepted(specverify_port):
     assert max(per_prompt.values()) > 2.0, per_prompt
 
 
-def test_commit_equivalence(check_commit_equivalence, specverify_port):
-    report = check_commit_equivalence(specverify_port.encode("def parse_args(argv):\n    "))
+def test_commit_equivalence(specverify, specverify_port):
+    report = specverify.commit_equivalence(specverify_port.encode("def parse_args(argv):\n    "))
     assert {p for p, _, _ in report.counts} == set(specverify_port.commit_paths)
 
 
-def test_forced_acceptance(check_forced_acceptance, specverify_port, specverify_settings):
-    report = check_forced_acceptance(specverify_port.encode("The quick brown fox"))
+def test_forced_acceptance(specverify, specverify_port, specverify_settings):
+    report = specverify.forced_acceptance(specverify_port.encode("The quick brown fox"))
     assert all(report.counts[a] > 0 for a in range(specverify_settings.spec_k + 1)), report.counts
 
 
-def test_draft_consistency(check_draft_consistency, specverify_port):
+def test_draft_consistency(specverify, specverify_port):
     """The trained draft accepts real tokens, so its rounds keep varied context lengths: propose() must
     leave its state alone across all of them."""
-    report = check_draft_consistency(specverify_port.encode('def read_config(path):\n    """Read the file'), k=7,
+    report = specverify.draft_consistency(specverify_port.encode('def read_config(path):\n    """Read the file'), k=7,
                                      max_new_tokens=48)
     assert report.metrics["acceptance_rate"] > 0.1, report.metrics
 
 
-def test_decode_prefill_consistency(check_prefill_consistency, specverify_port):
-    report = check_prefill_consistency(specverify_port.encode("The license grants"), max_new_tokens=32)
+def test_decode_prefill_consistency(specverify, specverify_port):
+    report = specverify.prefill_consistency(specverify_port.encode("The license grants"), max_new_tokens=32)
     assert report.metrics["bitwise"], report.metrics
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_draft_sampling(check_draft_sampling, specverify_port, temperature):
+def test_draft_sampling(specverify, specverify_port, temperature):
     """The trained DFlash 2 draft (candidate-path selector) draws its tokens from the q it reports."""
-    report = check_draft_sampling(specverify_port.encode("def fibonacci(n):"), temperature=temperature, k=7)
+    report = specverify.draft_sampling(specverify_port.encode("def fibonacci(n):"), temperature=temperature, k=7)
     assert report.counts["proposals"] > 0
