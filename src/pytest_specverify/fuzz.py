@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .compare import SpecVerifyFailure, first_logit_difference, first_state_difference, owned_outputs
+from .compare import first_logit_difference, first_state_difference
+from .failure import SpecVerifyFailure
+from .owned import owned_outputs
 from .tolerance import Tolerance
 
 

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport, argmax, commit_round, require_independent_states
-from .compare import SpecVerifyFailure, owned_outputs
+from .checks import argmax, commit_round, require_independent_states
+from .failure import SpecVerifyFailure
+from .owned import owned_outputs
 from .protocol import NotSupported, context_length
+from .report import CheckReport
 from .stats import log_softmax
 from .tolerance import Tolerance
 

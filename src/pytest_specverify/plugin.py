@@ -350,7 +350,7 @@ def _run(request, fn, *args, **kwargs):
     __tracebackhide__ = True
     import warnings
 
-    from .compare import measuring
+    from .measure import measuring
     from .protocol import NotSupported
 
     with measuring() as m:

@@ -15,7 +15,7 @@ State contract (the one every check leans on)::
     port.state_arrays(st)             # every live array by name: {"layer.0.keys": ndarray, ...}
 
 Returned logits, taps, draft proposals and state arrays may be views of a buffer the port's next call overwrites
-(zero-copy outputs): every check drives the port through ``compare.owned_outputs``, which copies them.
+(zero-copy outputs): every check drives the port through ``owned.owned_outputs``, which copies them.
 
 Draft contract (``DraftLike``, the engine's): ``new_state()``; ``append_context(dstate, taps)`` with
 the target's taps of every *committed* row, in order; ``propose(dstate, anchor, n, *, temperature,

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport
-from .compare import SpecVerifyFailure, owned_outputs
+from .failure import SpecVerifyFailure
+from .owned import owned_outputs
+from .report import CheckReport
 from .stats import log_softmax, softmax
 from .tolerance import Tolerance
 

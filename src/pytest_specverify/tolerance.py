@@ -22,6 +22,18 @@ from typing import Iterable, Mapping
 
 
 @dataclass(frozen=True)
+class Judgement:
+    """One comparison, judged once: ``max_diff`` = max |a - b|, ``share`` = the largest
+    |a - b| / (atol + rtol |b|) (0 when equal; inf for an exact profile with any difference or for a NaN),
+    ``within`` the verdict, ``bound`` the bound in words ("bitwise" or "atol=.. rtol=..")."""
+
+    max_diff: float
+    share: float
+    within: bool
+    bound: str
+
+
+@dataclass(frozen=True)
 class Tolerance:
     """``atol``/``rtol`` bound every state array and logit row (``|a-b| <= atol + rtol*|b|``);
     ``kinds`` overrides them per kind of array: ``"logits"``, ``"taps"`` or an fnmatch pattern over a
@@ -80,6 +92,17 @@ class Tolerance:
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(diff == 0, 0.0, diff / bound)
         return worst, float(np.nanmax(share))
+
+    def judge(self, a, b, kind: str | None = None) -> Judgement:
+        """:meth:`close` and :meth:`excess` in one pass (what ``compare`` asks); shapes must match."""
+        import numpy as np
+
+        a, b = np.asarray(a), np.asarray(b)
+        within = self.close(a, b, kind)
+        diff, share = self.excess(a, b, kind)
+        if not within and not share > 1:  # NaN: allclose refuses it, the share does not show it
+            share = float("inf")
+        return Judgement(diff, share, within, "bitwise" if self.exact else self.describe(kind))
 
     def describe(self, kind: str | None = None) -> str:
         if self.exact:

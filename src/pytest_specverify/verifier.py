@@ -114,7 +114,7 @@ class Verifier:
         """``replay(prompt_ids, k_values=None)``: check 3 (full accepts: kept state == replayed state within
         the profile, bitwise for an exact one; the port's own replay check agrees or is NotSupported)."""
         __tracebackhide__ = True
-        from .checks import replay_matches_keep
+        from .replay import replay_matches_keep
 
         return self.run(replay_matches_keep, self.port, prompt, self._k_values(k_values), tol=self.tolerance,
                         seed=self.seed)

@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 
 from pytest_specverify import NotSupported, SpecVerifyFailure, Tolerance, profile
-from pytest_specverify.checks import forced_acceptance, replay_matches_keep, self_draft_accepts_all
-from pytest_specverify.compare import first_state_difference, measuring
+from pytest_specverify.checks import forced_acceptance, self_draft_accepts_all
+from pytest_specverify.replay import replay_matches_keep
+from pytest_specverify.compare import first_state_difference
+from pytest_specverify.measure import measuring
 from pytest_specverify.fuzz import run_commit_fuzz
-from pytest_specverify.sampling_check import controlled_q, sampling_distribution
+from pytest_specverify.controlled import controlled_q
+from pytest_specverify.sampling_check import sampling_distribution
 from pytest_specverify.stats import conditional_fit
 from pytest_specverify.tolerance import declared, from_table
 from tests.ports import mutants

@@ -156,7 +156,7 @@ def test_commit_equivalence(specverify, specverify_port):
     result = sv_pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "E*pytest_specverify.compare.SpecVerifyFailure: commit path 'trim', k=1, rows ?last, d1..d1? = *, kept 0 rows "
+        "E*pytest_specverify.failure.SpecVerifyFailure: commit path 'trim', k=1, rows ?last, d1..d1? = *, kept 0 rows "
         "(no row kept): after the commit, array 'layer.0.keys': shape (2, 6, 8) but the sequential reference has (2, 5, 8)"
         " - 1 row too many along axis 1",
     ])
@@ -179,7 +179,7 @@ def test_greedy(specverify, specverify_port):
     result = sv_pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "E*pytest_specverify.compare.SpecVerifyFailure: speculative output differs from plain greedy decoding at token * of 24, in round *",
+        "E*pytest_specverify.failure.SpecVerifyFailure: speculative output differs from plain greedy decoding at token * of 24, in round *",
         "E*  tokens *..*:", "E*    speculative: * ?*? *", "E*    plain      : * ?*? *",
         "E*  plain logits there: top *, runner-up *, margin *",
     ])

@@ -29,7 +29,7 @@ TARGETS = {
     "greedy_identity": ("checks", "greedy_identity"),
     "forced_acceptance": ("checks", "forced_acceptance"),
     "self_draft": ("checks", "self_draft_accepts_all"),
-    "replay": ("checks", "replay_matches_keep"),
+    "replay": ("replay", "replay_matches_keep"),
     "sampling": ("sampling_check", "sampling_distribution"),
     "draft_sampling": ("draft_sampling", "draft_sampling"),
     "fuzz": ("fuzz", "run_commit_fuzz"),
@@ -142,9 +142,9 @@ def test_a_verifier_outside_pytest_uses_its_settings_and_lets_not_supported_thro
     def refuses(*args, **kwargs):
         raise NotSupported("not here")
 
-    import pytest_specverify.checks
+    import pytest_specverify.replay
 
-    monkeypatch.setattr(pytest_specverify.checks, "replay_matches_keep", refuses)
+    monkeypatch.setattr(pytest_specverify.replay, "replay_matches_keep", refuses)
     with pytest.raises(NotSupported, match="not here"):  # the default run calls the check as it is: no skip
         v.replay([1])
 
