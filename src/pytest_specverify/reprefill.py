@@ -1,4 +1,4 @@
-"""Decode vs re-prefill consistency (SGLang's KL replay check, verification.md "must do" 10).
+"""Decode vs re-prefill consistency (the KL check SGLang runs between its decode and a re-prefill).
 
 Decode ``max_new_tokens`` tokens one ``step`` at a time from ``prefill(prompt)``, sampling at
 ``temperature`` (seeded) so the path leaves the greedy one; then prefill ``prompt + output`` in one pass

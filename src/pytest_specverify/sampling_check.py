@@ -1,4 +1,5 @@
-"""Distribution preservation of the port's loop at T > 0 (verification.md section 6).
+"""Distribution preservation of the port's loop at T > 0 (the rule of Leviathan et al. 2023, "Fast Inference from
+Transformers via Speculative Decoding", and Chen et al. 2023: min(1, p/q) acceptance, the residual max(0, p - q)).
 
 Part 1: ``samples`` runs of one speculative round with k = 1 (seeds ``seed, seed+1, ...``) and a draft
 of the check's own whose q is *built from the target's p*: for the prefill's token ``t0`` it takes

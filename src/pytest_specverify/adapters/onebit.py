@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from ..protocol import PortOptions, Rows, SpecRun, byte_encode
 
 #: The battery's tiny target: 1 delta-net layer + 1 attention layer, a vocabulary small enough for the
-#: sampling statistics (section 6 of verification.md).
+#: sampling statistics (a chi-square needs enough expected counts per token; docs/verify-your-port.md).
 TINY = dict(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2, full_attention_interval=2)
 
 

@@ -34,7 +34,7 @@ TINY_TYPES = ("qwen3_5", "qwen3_next")
 #: states up to 3e-5, logits and taps up to 3.3e-5 at |x| ~ 3.5; the worst over 20 seeds of the battery
 #: (--specverify-seed 100..119) 1.5e-4, a k = 15 verify's attention keys after 7 kept rows - so about 3x that.
 #: The fp32 profile's 1e-5 is below it. A real checkpoint's values are larger: declare your own (see
-#: docs/verify-your-port.md). The broken variants' errors are 1e-2 and up (tests/plugin/test_transformers_port.py).
+#: docs/verify-your-port.md). The broken variants' errors are 1e-2 and up (tests/specverify/adapters/test_transformers_port.py).
 FP32 = declared(name="transformers-fp32", atol=5e-4, rtol=1e-4, tie_margin=1e-3,
                 kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4)})
 

@@ -2,7 +2,7 @@
 
 ``build(name)`` returns a ``SpecPort``. Target-level mutants of the hybrid engine subclass
 ``onebit_engine.hybrid.model.Target`` (they need its GDN conv/recurrent state); KV and loop mutants break the
-second port (``qwen3_numpy``), whose loop this suite owns. ``tests/plugin/test_mutants_caught.py``
+second port (``qwen3_numpy``), whose loop this suite owns. ``tests/specverify/checks/test_mutants_caught.py``
 holds the table of which check catches which mutant.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from tests.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _probs
+from tests.specverify.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _probs
 
 
 # -- hybrid engine (onebit_engine) target mutants --------------------------------------------------------

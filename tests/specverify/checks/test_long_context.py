@@ -7,8 +7,8 @@ import pytest
 from pytest_specverify import SpecVerifyFailure, profile
 from pytest_specverify.long_context import WINDOW, long_context
 from pytest_specverify.protocol import PortOptions
-from tests.ports import mutants
-from tests.ports.qwen3_numpy import make_port
+from tests.specverify.ports import mutants
+from tests.specverify.ports.qwen3_numpy import make_port
 
 
 def test_a_port_s_max_context_bounds_the_check():

@@ -10,7 +10,7 @@ from pytest_specverify.long_context import long_context
 from pytest_specverify.reprefill import decode_prefill_consistency
 from pytest_specverify.sampling_check import sampling_distribution
 from pytest_specverify.session import Settings
-from tests.ports import mutants
+from tests.specverify.ports import mutants
 
 PROMPT = "The capital of France is"
 K = 3
@@ -193,7 +193,7 @@ def test_mutant_is_also_caught_by(mutant):
 
 def test_a_loop_that_asks_for_a_whole_block_and_uses_part_of_it_near_the_end_passes():
     """Legal: ask the draft for k, use only what fits before max_new_tokens, report what was used."""
-    from tests.ports.qwen3_numpy import Qwen3Port, SpecLoop
+    from tests.specverify.ports.qwen3_numpy import Qwen3Port, SpecLoop
 
     class WholeBlock(SpecLoop):
         def ask(self, n):
@@ -212,7 +212,7 @@ def correct_port(request):
     if request.param == "onebit":
         from pytest_specverify.adapters.onebit import make_port
     else:
-        from tests.ports.qwen3_numpy import make_port
+        from tests.specverify.ports.qwen3_numpy import make_port
     return make_port(PortOptions())
 
 

@@ -1,5 +1,5 @@
 """The shipped transformers adapter: its four broken variants are each caught by the check that should see
-them (the correct port's battery runs in tests/specverify_hf), and the helpers it is built from."""
+them (the correct port's battery runs in tests/specverify/battery/transformers), and the helpers it is built from."""
 import numpy as np
 import pytest
 

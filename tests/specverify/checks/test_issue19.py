@@ -15,8 +15,8 @@ from pytest_specverify.controlled import controlled_q
 from pytest_specverify.sampling_check import sampling_distribution
 from pytest_specverify.stats import conditional_fit
 from pytest_specverify.tolerance import declared, from_table
-from tests.ports import mutants
-from tests.ports.tiny_rnn import TinyRnnPort
+from tests.specverify.ports import mutants
+from tests.specverify.ports.tiny_rnn import TinyRnnPort
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6]
 
@@ -204,15 +204,15 @@ def test_a_passing_sampling_check_reports_its_power():
 def _root():
     from pathlib import Path
 
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def _tiny_rnn_project(pytester) -> None:
-    """A pytester project whose conftest overrides the port with tests/ports/tiny_rnn's TinyRnnPort."""
+    """A pytester project whose conftest overrides the port with tests/specverify/ports/tiny_rnn's TinyRnnPort."""
     pytester.syspathinsert(str(_root()))
     pytester.makeconftest("""
 import pytest
-from tests.ports.tiny_rnn import TinyRnnPort
+from tests.specverify.ports.tiny_rnn import TinyRnnPort
 
 @pytest.fixture(scope="session")
 def specverify_port():

@@ -1,7 +1,7 @@
 """The checks compare a port's state with its sequential reference side by side, so they must never
 read the same memory twice. Ports may return views of one output buffer that their next call
 overwrites (zero-copy outputs of a C++ or device port): every check drives the port through
-``compare.owned_outputs``, which copies them. And two states must not share storage:
+``owned.owned_outputs``, which copies them. And two states must not share storage:
 ``require_independent_states`` refuses a port whose states do (with shared caches a KV-not-trimmed
 bug passed commit equivalence)."""
 import numpy as np
@@ -13,7 +13,7 @@ from pytest_specverify.fuzz import run_commit_fuzz
 from pytest_specverify.long_context import long_context
 from pytest_specverify.protocol import Rows
 from pytest_specverify.reprefill import decode_prefill_consistency
-from tests.ports.qwen3_numpy import Qwen3Port
+from tests.specverify.ports.qwen3_numpy import Qwen3Port
 
 PROMPT = "The capital of France is"
 
@@ -119,7 +119,7 @@ def test_state_arrays_in_shared_buffers():
 
 
 def test_states_that_share_caches_are_refused_before_they_hide_a_bug():
-    from tests.ports.mutants import SharedCaches
+    from tests.specverify.ports.mutants import SharedCaches
 
     class SharedAndUntrimmed(SharedCaches):  # and the KV is not trimmed on commit
         def commit(self, state, accepted_rows):

@@ -8,7 +8,7 @@ import numpy  # noqa: F401  imported before pytester's sys.modules snapshot, so 
 import pytest
 
 import onebit_engine.loop.speculative  # noqa: F401  (same reason)
-import tests.ports.mutants  # noqa: F401
+import tests.specverify.ports.mutants  # noqa: F401
 
 # Modules that in-process runs would import lazily: pytester drops them from sys.modules afterwards, and
 # importing them again in this worker fails ("cannot load module more than once" for numpy's C modules,
@@ -21,7 +21,7 @@ try:
 except ImportError:  # numba is optional
     pass
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 DEVICE_TESTS = """
 import pytest
@@ -143,7 +143,7 @@ def test_a_failing_run_says_where_the_state_differs(sv_pytester):
     sv_pytester.syspathinsert(str(ROOT))
     sv_pytester.makeconftest("""
 import pytest
-from tests.ports import mutants
+from tests.specverify.ports import mutants
 
 @pytest.fixture(scope="session")
 def specverify_port():
@@ -166,7 +166,7 @@ def test_a_greedy_divergence_shows_a_token_window_and_the_margin(sv_pytester):
     sv_pytester.syspathinsert(str(ROOT))
     sv_pytester.makeconftest("""
 import pytest
-from tests.ports import mutants
+from tests.specverify.ports import mutants
 
 @pytest.fixture(scope="session")
 def specverify_port():

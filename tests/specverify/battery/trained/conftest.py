@@ -1,5 +1,5 @@
 """The battery's loop checks on the engine's built-in trained pair: real tokenizer, real prompts, real
-acceptance (the random ports of tests/specverify accept almost nothing)."""
+acceptance (the random ports of tests/specverify/battery/own_ports accept almost nothing)."""
 import pytest
 
 from pytest_specverify.protocol import PortOptions
