@@ -68,6 +68,13 @@ def test_long_context(specverify, specverify_port, specverify_settings):
           f"worst window k3 KL {report.metrics['max_window_k3_kl']:.2e}, bitwise {report.metrics['bitwise']}")
 
 
+def test_reference_agreement(specverify):
+    # skipped, saying how to give one, when neither --specverify-reference nor the port's reference_path names one
+    report = specverify.reference()
+    print(f"{report.counts['prompts']} prompts, {report.counts['rows']} rows: max |dlogit| vs the float32 reference "
+          f"{report.metrics['max_abs_logit_diff']:.2e} ({report.metrics['share_of_bound']:.0%} of the bound)")
+
+
 @pytest.mark.replay_check
 def test_replay_check(specverify, specverify_port):
     specverify.replay(specverify_port.encode("for (int i = 0; i < n; i++)"))

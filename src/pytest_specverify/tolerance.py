@@ -55,6 +55,17 @@ class Tolerance:
     logprob_max: float = 1e-3
     kinds: tuple[tuple[str, float, float], ...] = field(default=())
     source: str = "shipped profile"
+    # (atol, rtol) of the port's logits against the float32 reference model (the reference-agreement check),
+    # for a port whose own claims are exact but whose numbers are not the reference's (int8 GEMMs, fp16);
+    # None: the profile's own bound for the kind "reference" (bitwise for an exact profile)
+    reference: tuple[float, float] | None = None
+
+    def for_reference(self) -> "Tolerance":
+        """The profile the reference-agreement check judges with (``reference`` bounds, when declared)."""
+        if self.reference is None:
+            return self
+        atol, rtol = self.reference
+        return replace(self, exact=False, atol=atol, rtol=rtol, kinds=(), name=f"{self.name} (reference bound)")
 
     def bounds(self, kind: str | None = None) -> tuple[float, float]:
         """(atol, rtol) for one kind of array (a state array's name, ``"logits"`` or ``"taps"``)."""
@@ -115,7 +126,9 @@ class Tolerance:
 
     def summary(self) -> str:
         """One line for the header: name, where it came from, every bound."""
-        return f"{self.name} ({self.source}): {self.describe()} kl_max={self.kl_max:g} logprob_max={self.logprob_max:g}"
+        ref = "" if self.reference is None else f" reference:atol={self.reference[0]:g},rtol={self.reference[1]:g}"
+        return (f"{self.name} ({self.source}): {self.describe()}{ref} kl_max={self.kl_max:g} "
+                f"logprob_max={self.logprob_max:g}")
 
 
 PROFILES: dict[str, Tolerance] = {

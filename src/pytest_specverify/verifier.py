@@ -185,5 +185,34 @@ class Verifier:
         return self.run(draft_consistency, self.port, prompt, k=self._k(k, own_draft=True),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
 
+    @check
+    def reference(self, prompts=None, *, path=None, max_new_tokens=None, **kw):
+        """``reference(prompts=None, *, path=None, max_new_tokens=None)``: the port's logits over the prompts
+        (default: the run's prompt set; prefill, then greedy steps, 8 by default) agree with the checkpoint at
+        ``path`` (default: ``--specverify-reference``, else the port's ``reference_path``) on the engine's
+        float32 reference backend; no reference at all is ``NotSupported`` (a skip that says how to give one)."""
+        __tracebackhide__ = True
+        from .reference import reference_agreement
+
+        path = path or self.settings.reference or getattr(self.port, "reference_path", None)
+        if path is None:
+            return self.run(_no_reference, self.port)
+        if prompts is None:
+            from .prompts import select
+
+            prompts = [p.tokens(self.port) for p in select(self.settings.prompt_set, self.settings.num_prompts,
+                                                          self.settings.seed)]
+        return self.run(reference_agreement, self.port, prompts, reference=str(path), tol=self.tolerance,
+                        max_new_tokens=8 if max_new_tokens is None else max_new_tokens, **kw)
+
+
+def _no_reference(port):
+    from .protocol import NotSupported
+
+    raise NotSupported(f"no reference model for port {getattr(port, 'name', port)!r}: pass --specverify-reference PATH "
+                       f"(a Hugging Face checkpoint folder of the model the port computes) or set the port's "
+                       f"reference_path, and the port's logits are compared with it on the engine's float32 reference "
+                       f"backend")
+
 
 Verifier.CHECKS = tuple(name for name, fn in vars(Verifier).items() if getattr(fn, "is_check", False))

@@ -35,8 +35,11 @@ TINY_TYPES = ("qwen3_5", "qwen3_next")
 #: (--specverify-seed 100..119) 1.5e-4, a k = 15 verify's attention keys after 7 kept rows - so about 3x that.
 #: The fp32 profile's 1e-5 is below it. A real checkpoint's values are larger: declare your own (see
 #: docs/verify-your-port.md). The broken variants' errors are 1e-2 and up (tests/specverify/adapters/test_transformers_port.py).
+#: ``reference``: against the engine's float32 reference model on the same checkpoint, measured max |dlogit|
+#: 2e-5 (tiny-qwen3_5) and 9e-5 (tiny-qwen3_next) over a 40-token prompt; a rotary, norm or gate 1e-4
+#: off (relative) moves logits by 5e-4 and up (tests/specverify/checks/test_reference.py).
 FP32 = declared(name="transformers-fp32", atol=5e-4, rtol=1e-4, tie_margin=1e-3,
-                kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4)})
+                kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4), "reference": (1.5e-4, 3e-5)})
 
 
 def tiny_model(model_type: str = "qwen3_5", seed: int = 0, init: float = 0.1):
@@ -81,7 +84,8 @@ class TransformersPort(SnapshotCommit):
     commit_paths = ("keep", "replay")
     loop_class = ReferenceLoop
 
-    def __init__(self, model, *, name: str = "transformers", tokenizer=None, draft_seed: int = 0, tolerance=FP32):
+    def __init__(self, model, *, name: str = "transformers", tokenizer=None, draft_seed: int = 0, tolerance=FP32,
+                 reference_path=None):
         import torch
 
         self.torch = torch
@@ -91,6 +95,7 @@ class TransformersPort(SnapshotCommit):
         self.tokenizer = tokenizer
         self.draft_seed = draft_seed
         self.tolerance = tolerance
+        self.reference_path = reference_path  # the checkpoint folder (the reference-agreement check loads it)
 
     # -- target ------------------------------------------------------------------------------------
     def new_state(self) -> HFState:
@@ -167,11 +172,27 @@ def load_model(spec: str | None, seed: int = 0):
     return model, tok, f"transformers[{path.name}]"
 
 
+def saved_copy(model) -> str:
+    """``model`` saved as a checkpoint folder (removed when the process ends): the reference of a model that
+    has no folder of its own (a tiny preset, random weights from a config.json)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="specverify-hf-")
+    atexit.register(shutil.rmtree, folder, True)
+    model.save_pretrained(folder)
+    return folder
+
+
 def make_port(options: PortOptions) -> TransformersPort:
     """Entry point ``transformers`` of the ``specverify.ports`` group."""
+    from pathlib import Path
+
     if (options.model or "tiny-").startswith("tiny-"):
         import torch
 
         torch.set_num_threads(1)  # a tiny model on many threads is all sync overhead (9 ms a step on 1, 170 on 2 busy cores)
     model, tok, name = load_model(options.model, seed=options.seed)
-    return TransformersPort(model, name=name, tokenizer=tok, draft_seed=options.seed)
+    folder = options.model if options.model and Path(options.model).is_dir() else saved_copy(model)
+    return TransformersPort(model, name=name, tokenizer=tok, draft_seed=options.seed, reference_path=str(folder))

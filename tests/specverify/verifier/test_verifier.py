@@ -36,6 +36,7 @@ TARGETS = {
     "prefill_consistency": ("reprefill", "decode_prefill_consistency"),
     "long_context": ("long_context", "long_context"),
     "draft_consistency": ("checks", "draft_consistency"),
+    "reference": ("reference", "reference_agreement"),
 }
 
 # The signatures of the check_* closures the methods replace (keyword names and None defaults kept).
@@ -51,6 +52,7 @@ SIGNATURES = {
     "prefill_consistency": "(prompt, max_new_tokens=None, **kw)",
     "long_context": "(prompt, length=None, k=None, **kw)",
     "draft_consistency": "(prompt, k=None, max_new_tokens=None, **kw)",
+    "reference": "(prompts=None, *, path=None, max_new_tokens=None, **kw)",
 }
 
 DRAFT = object()  # a draft given to greedy_identity (the spy never runs it)
@@ -68,6 +70,7 @@ EXPLICIT = {
     "prefill_consistency": (dict(max_new_tokens=0), {"max_new_tokens": 0}),
     "long_context": (dict(length=0, k=0), {"length": 0, "k": 0}),
     "draft_consistency": (dict(k=0, max_new_tokens=0), {"k": 0, "max_new_tokens": 0}),
+    "reference": (dict(path="ckpt", max_new_tokens=0), {"reference": "ckpt", "max_new_tokens": 0}),
 }
 
 
@@ -86,6 +89,7 @@ def _defaults(s: Settings, port, seed: int) -> dict:
         "prefill_consistency": {"max_new_tokens": s.max_new_tokens, "seed": seed},
         "long_context": {"length": s.context, "k": spec, "seed": seed},
         "draft_consistency": {"k": own, "max_new_tokens": s.max_new_tokens},
+        "reference": {"reference": str(port.reference_path), "max_new_tokens": 8},
     }
 
 
