@@ -22,6 +22,12 @@ def test_greedy_identity(specverify, specverify_prompt_ids):
     print(f"acceptance {report.metrics['acceptance_rate']:.2f}, tokens/round {report.metrics['tokens_per_round']:.2f}")
 
 
+def test_greedy_identity_sees_accepted_drafts(specverify):
+    # over the prompt set: a draft that never matches leaves greedy identity with nothing but rejections
+    report = specverify.greedy_acceptance()
+    print(f"{report.metrics['accepted']} of {report.metrics['proposed']} drafts accepted over {report.metrics['prompts']} prompts")
+
+
 def test_forced_acceptance_covers_every_accept_count(specverify, specverify_port, specverify_settings):
     # every k of the run (a loop may special-case k = 1) on every commit path (the loop passes the path on)
     for k in sorted({max(k, 1) for k in specverify_settings.k_values}):
@@ -52,6 +58,11 @@ def test_decode_prefill_consistency(specverify, specverify_port):
     report = specverify.prefill_consistency(specverify_port.encode("The quick brown fox"))
     print(f"k3 KL {report.metrics['k3_kl']:.2e}, max |dlogprob| {report.metrics['max_abs_logprob_diff']:.2e}, "
           f"bitwise {report.metrics['bitwise']}")
+
+
+def test_prefill_onto_a_state_that_holds_tokens(specverify, specverify_port):
+    report = specverify.prefill_onto_state(specverify_port.encode("The quick brown fox"))
+    print(f"max |dlogprob| against one prefill of the whole text {report.metrics['max_abs_logprob_diff']:.2e}")
 
 
 @pytest.mark.parametrize("n", [1, 2])  # shorter than a conv window or a prefill chunk: the prefill's edge cases

@@ -223,6 +223,38 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
         f"{list(zip(run.accepted, run.proposed))[:12]}")
 
 
+def greedy_acceptance(port, prompts: Sequence[Sequence[int]], draft, *, k: int, max_new_tokens: int,
+                      commit_path: str | None = None) -> CheckReport:
+    """Greedy identity's power: over the prompts, the draft must get at least one draft accepted. A draft
+    that never matches only exercises rejections (every round keeps [last] and the bonus), so identity
+    with plain decoding says nothing about accepted rows. A port whose draft may legitimately never match
+    opts out with ``draft_may_never_match = True`` (a visible skip)."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    require_loop_k(port, k)
+    if getattr(port, "draft_may_never_match", False):
+        raise NotSupported(f"port {getattr(port, 'name', port)!r} declares draft_may_never_match = True: greedy identity "
+                           f"is not required to see accepted drafts (forced_acceptance still checks accepted rows)")
+    report = CheckReport("greedy_acceptance")
+    per_prompt = []
+    for prompt in prompts:
+        run = port.speculative_generate(list(prompt), draft, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
+        check_bookkeeping(run, k)
+        per_prompt.append((sum(run.accepted), sum(run.proposed)))
+        report.counts.update(Counter(run.accepted))
+    accepted, proposed = sum(a for a, _ in per_prompt), sum(n for _, n in per_prompt)
+    report.metrics.update(accepted=accepted, proposed=proposed, acceptance_rate=accepted / proposed if proposed else 0.0,
+                          prompts=len(per_prompt))
+    if accepted == 0:
+        name = getattr(draft, "name", None) or type(draft).__name__
+        raise SpecVerifyFailure(
+            f"the draft {name} of port {getattr(port, 'name', port)!r} got no draft accepted over {len(per_prompt)} "
+            f"prompts (acceptance 0 of {proposed} proposed, k={k}, {max_new_tokens} tokens a prompt; per prompt "
+            f"accepted/proposed {per_prompt[:10]}): greedy identity then only saw rejections and says nothing about "
+            f"accepted rows. Give the port a draft that matches sometimes (a trained draft, an n-gram draft over the "
+            f"prompt), or declare draft_may_never_match = True on the port to opt out")
+    return report
+
+
 # -- forcing draft and self-draft -----------------------------------------------------------------
 def default_pattern(k: int) -> list[int]:
     """Full, zero, full, full (a repeated full accept), then every partial count 1..k-1."""

@@ -68,6 +68,14 @@ class Verifier:
     def _k_values(self, k_values: Sequence[int] | None) -> Sequence[int]:
         return self.settings.k_values if k_values is None else k_values
 
+    def _prompts(self, prompts):
+        """``prompts`` as given, else the run's prompt set as this port's ids."""
+        if prompts is not None:
+            return prompts
+        from .prompts import select
+
+        return [p.tokens(self.port) for p in select(self.settings.prompt_set, self.settings.num_prompts, self.settings.seed)]
+
     # -- the checks ------------------------------------------------------------------------------
     @check
     def commit_equivalence(self, prompt, k_values=None, **kw):
@@ -90,6 +98,18 @@ class Verifier:
         d = draft if draft is not None else self.run(self.port.make_draft)
         return self.run(greedy_identity, self.port, prompt, d, k=self._k(k, own_draft=draft is None),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
+
+    @check
+    def greedy_acceptance(self, prompts=None, draft=None, *, k=None, max_new_tokens=None, **kw):
+        """``greedy_acceptance(prompts=None, draft=None, *, k=None, max_new_tokens=None)``: over the prompts (default:
+        the run's prompt set) the draft (default: the port's own) gets at least one draft accepted, unless the
+        port declares ``draft_may_never_match = True``."""
+        __tracebackhide__ = True
+        from .checks import greedy_acceptance
+
+        d = draft if draft is not None else self.run(self.port.make_draft)
+        return self.run(greedy_acceptance, self.port, self._prompts(prompts), d, k=self._k(k, own_draft=draft is None),
+                        max_new_tokens=self._max_new_tokens(max_new_tokens), **kw)
 
     @check
     def forced_acceptance(self, prompt, k=None, **kw):
@@ -165,6 +185,17 @@ class Verifier:
                         tol=self.tolerance, seed=self.seed, **kw)
 
     @check
+    def prefill_onto_state(self, prompt, k=None, **kw):
+        """``prefill_onto_state(prompt_ids, k=None)``: a prefill onto a state that holds tokens (the prompt in 2 and
+        3 chunks; a prefill after a verify and a commit of 0, 1, k+1 and a seeded number of rows on every commit
+        path) gives the log-probabilities of one prefill of the whole text (k: at most 3 by default)."""
+        __tracebackhide__ = True
+        from .prefill_state import prefill_onto_state
+
+        return self.run(prefill_onto_state, self.port, prompt, tol=self.tolerance, seed=self.seed,
+                        k=min(self.settings.spec_k, 3) if k is None else k, **kw)
+
+    @check
     def long_context(self, prompt, length=None, k=None, **kw):
         """``long_context(prompt_ids, length=None, k=None)``: fill the context to ``length`` tokens
         (``--specverify-context``); step-by-step decode vs one prefill position by position, then one
@@ -197,12 +228,7 @@ class Verifier:
         path = path or self.settings.reference or getattr(self.port, "reference_path", None)
         if path is None:
             return self.run(_no_reference, self.port)
-        if prompts is None:
-            from .prompts import select
-
-            prompts = [p.tokens(self.port) for p in select(self.settings.prompt_set, self.settings.num_prompts,
-                                                          self.settings.seed)]
-        return self.run(reference_agreement, self.port, prompts, reference=str(path), tol=self.tolerance,
+        return self.run(reference_agreement, self.port, self._prompts(prompts), reference=str(path), tol=self.tolerance,
                         max_new_tokens=8 if max_new_tokens is None else max_new_tokens, **kw)
 
 

@@ -7,6 +7,7 @@ from pytest_specverify.checks import commit_equivalence, draft_consistency, forc
 from pytest_specverify.draft_sampling import draft_sampling
 from pytest_specverify.fuzz import run_commit_fuzz
 from pytest_specverify.long_context import long_context
+from pytest_specverify.prefill_state import prefill_onto_state
 from pytest_specverify.reprefill import decode_prefill_consistency
 from pytest_specverify.sampling_check import sampling_distribution
 from pytest_specverify.session import Settings
@@ -81,7 +82,11 @@ def _long_context(port):
     return long_context(port, port.encode(PROMPT), length=Settings.context, k=K, tol=profile(port.tolerance))
 
 
-CHECKS = {"long_context": _long_context, "forced_acceptance_k0": _forced_k0, "forced_acceptance_k1": _forced_k1, "decode_prefill_consistency_1_token": _reprefill_one_token,
+def _prefill_onto_state(port):
+    return prefill_onto_state(port, port.encode(PROMPT), tol=profile(port.tolerance), k=K)
+
+
+CHECKS = {"prefill_onto_state": _prefill_onto_state, "long_context": _long_context, "forced_acceptance_k0": _forced_k0, "forced_acceptance_k1": _forced_k1, "decode_prefill_consistency_1_token": _reprefill_one_token,
           "commit_equivalence_1_token": _commit_one_token, "draft_sampling": _draft_sampling, "draft_sampling_T0.7": _draft_sampling_cold, "draft_consistency": _draft_consistency, "decode_prefill_consistency": _reprefill, "commit_equivalence": _commit, "greedy_identity": _greedy, "forced_acceptance": _forced,
           "sampling_distribution": _sampling, "sampling_distribution_T0.7": _sampling_cold, "stateful_fuzz": _fuzz}
 
@@ -119,6 +124,8 @@ TABLE = {
     # issue 19's held-out bugs: the residual by its distribution (no zero gap in q), the loop at k = 0
     "residual_from_p": ("sampling_distribution", "token at a rejection ~ normalize(max(0, p - q))"),
     "zero_draft_steps_twice": ("forced_acceptance_k0", "at k = 0 (no drafts"),
+    # issue 27: a prefill onto a state that already holds tokens
+    "prefill_ignores_offset": ("prefill_onto_state", "chunks of"),
 }
 ALSO = {"zero_draft_round_advances": ("stateful_fuzz", "kept=0"),  # a second check that catches it
         "bonus_counted_as_accepted": ("forced_acceptance", "reports 4 accepted drafts but the forcing draft made exactly 3")}
@@ -165,6 +172,9 @@ UNSEEN_BY = {
     # the loop at k = 0 only: every other check reaches k = 0 through verify / commit, or runs k >= 1
     "zero_draft_steps_twice": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz",
                                "sampling_distribution"),
+    # every other check prefills a fresh state only
+    "prefill_ignores_offset": ("commit_equivalence", "greedy_identity", "forced_acceptance", "stateful_fuzz",
+                               "decode_prefill_consistency", "long_context"),
 }
 
 

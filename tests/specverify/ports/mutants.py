@@ -258,6 +258,26 @@ class PrefillRopeOffset(Qwen3Numpy):
         return pos + 1 if pos[0] == 0 and len(pos) > 1 else pos
 
 
+class PrefillIgnoresOffset(Qwen3Numpy):
+    """A prefill of several tokens rotates them from position 0 whatever the state already holds (it assumes a
+    fresh state): a second prompt chunk or a prefill after a commit is rotated as if it started the text.
+    Verify and steps are right, and so is every prefill of a fresh state."""
+
+    prefilling = False
+
+    def rope_positions(self, pos):
+        return pos - pos[0] if self.prefilling and len(pos) > 1 else pos
+
+
+class PrefillIgnoresOffsetPort(Qwen3Port):
+    def prefill(self, state, tokens):
+        self.model.prefilling = True
+        try:
+            return super().prefill(state, tokens)
+        finally:
+            self.model.prefilling = False
+
+
 class DecodeWindowOf128(Qwen3Numpy):
     """Steps and verifies attend only to the last 128 cached positions (a decode-time window or a ring
     buffer); a prefill from position 0 attends to every position. Right for the first 128 positions."""
@@ -388,7 +408,7 @@ class ProposedReportedAsAccepted(SpecLoop):
 _PORT_MODELS = {"kv_not_trimmed": KVNotTrimmed, "kv_trimmed_one_short": KVTrimShort, "kv_trimmed_one_long": KVTrimLong,
                 "zero_draft_round_advances": ZeroDraftAdvances, "prefill_rope_offset": PrefillRopeOffset,
                 "decode_window_of_128": DecodeWindowOf128, "verify_window_of_128": VerifyWindowOf128,
-                "states_share_caches": SharedCaches}
+                "states_share_caches": SharedCaches, "prefill_ignores_offset": PrefillIgnoresOffset}
 _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_dropped_at_k1": BonusDroppedAtK1, "bonus_duplicated": BonusDuplicated,
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
@@ -411,7 +431,7 @@ def build(name: str):
         port._draft = _DRAFT_WRAPPERS[name](port.make_draft())
         return port
     if name in _PORT_MODELS:
-        port = Qwen3Port(model_class=_PORT_MODELS[name])
+        port = (PrefillIgnoresOffsetPort if name == "prefill_ignores_offset" else Qwen3Port)(model_class=_PORT_MODELS[name])
     elif name in _PORT_LOOPS:
         port = Qwen3Port()
         port.loop_class = _PORT_LOOPS[name]

@@ -27,6 +27,7 @@ from pytest_specverify.verifier import Verifier
 TARGETS = {
     "commit_equivalence": ("checks", "commit_equivalence"),
     "greedy_identity": ("checks", "greedy_identity"),
+    "greedy_acceptance": ("checks", "greedy_acceptance"),
     "forced_acceptance": ("checks", "forced_acceptance"),
     "self_draft": ("checks", "self_draft_accepts_all"),
     "replay": ("replay", "replay_matches_keep"),
@@ -34,6 +35,7 @@ TARGETS = {
     "draft_sampling": ("draft_sampling", "draft_sampling"),
     "fuzz": ("fuzz", "run_commit_fuzz"),
     "prefill_consistency": ("reprefill", "decode_prefill_consistency"),
+    "prefill_onto_state": ("prefill_state", "prefill_onto_state"),
     "long_context": ("long_context", "long_context"),
     "draft_consistency": ("checks", "draft_consistency"),
     "reference": ("reference", "reference_agreement"),
@@ -43,6 +45,7 @@ TARGETS = {
 SIGNATURES = {
     "commit_equivalence": "(prompt, k_values=None, **kw)",
     "greedy_identity": "(prompt, draft=None, *, k=None, max_new_tokens=None, **kw)",
+    "greedy_acceptance": "(prompts=None, draft=None, *, k=None, max_new_tokens=None, **kw)",
     "forced_acceptance": "(prompt, k=None, **kw)",
     "self_draft": "(prompt, k=None, max_new_tokens=None, **kw)",
     "replay": "(prompt, k_values=None)",
@@ -50,17 +53,20 @@ SIGNATURES = {
     "draft_sampling": "(prompt, samples=None, k=None, **kw)",
     "fuzz": "(prompt, k_max=None, **kw)",
     "prefill_consistency": "(prompt, max_new_tokens=None, **kw)",
+    "prefill_onto_state": "(prompt, k=None, **kw)",
     "long_context": "(prompt, length=None, k=None, **kw)",
     "draft_consistency": "(prompt, k=None, max_new_tokens=None, **kw)",
     "reference": "(prompts=None, *, path=None, max_new_tokens=None, **kw)",
 }
 
+NO_TOLERANCE = {"greedy_acceptance"}  # it counts accepted drafts and compares no numbers
 DRAFT = object()  # a draft given to greedy_identity (the spy never runs it)
 
 # method -> (the falsy values given explicitly, what the check must receive: kwargs, or index 2 of args)
 EXPLICIT = {
     "commit_equivalence": (dict(k_values=()), {2: ()}),
     "greedy_identity": (dict(draft=DRAFT, k=0, max_new_tokens=0), {"k": 0, "max_new_tokens": 0}),
+    "greedy_acceptance": (dict(draft=DRAFT, k=0, max_new_tokens=0), {"k": 0, "max_new_tokens": 0}),
     "forced_acceptance": (dict(k=0), {"k": 0}),
     "self_draft": (dict(k=0, max_new_tokens=0), {"k": 0, "max_new_tokens": 0}),
     "replay": (dict(k_values=()), {2: ()}),
@@ -68,6 +74,7 @@ EXPLICIT = {
     "draft_sampling": (dict(samples=0, k=0), {"samples": 0, "k": 0}),
     "fuzz": (dict(k_max=0, seed=0), {"k_max": 0, "seed": 0}),
     "prefill_consistency": (dict(max_new_tokens=0), {"max_new_tokens": 0}),
+    "prefill_onto_state": (dict(k=0), {"k": 0}),
     "long_context": (dict(length=0, k=0), {"length": 0, "k": 0}),
     "draft_consistency": (dict(k=0, max_new_tokens=0), {"k": 0, "max_new_tokens": 0}),
     "reference": (dict(path="ckpt", max_new_tokens=0), {"reference": "ckpt", "max_new_tokens": 0}),
@@ -80,6 +87,7 @@ def _defaults(s: Settings, port, seed: int) -> dict:
     return {
         "commit_equivalence": {2: s.k_values, "seed": seed},
         "greedy_identity": {"k": own, "max_new_tokens": s.max_new_tokens},  # the port's own draft: at most max_k
+        "greedy_acceptance": {"k": own, "max_new_tokens": s.max_new_tokens},
         "forced_acceptance": {"k": spec},
         "self_draft": {"k": spec, "max_new_tokens": s.max_new_tokens},
         "replay": {2: s.k_values, "seed": seed},
@@ -87,6 +95,7 @@ def _defaults(s: Settings, port, seed: int) -> dict:
         "draft_sampling": {"samples": 800 if s.samples is None else s.samples, "k": own, "seed": seed},
         "fuzz": {"k_max": spec, "seed": seed},
         "prefill_consistency": {"max_new_tokens": s.max_new_tokens, "seed": seed},
+        "prefill_onto_state": {"k": min(spec, 3), "seed": seed},
         "long_context": {"length": s.context, "k": spec, "seed": seed},
         "draft_consistency": {"k": own, "max_new_tokens": s.max_new_tokens},
         "reference": {"reference": str(port.reference_path), "max_new_tokens": 8},
@@ -129,7 +138,8 @@ def test_none_takes_the_run_value(specverify, spies, specverify_seed, method):
     (call,) = spies[method]
     want = _defaults(specverify.settings, specverify.port, specverify_seed)[method]
     assert {key: _received(call, key) for key in want} == want
-    assert _received(call, "tol") is specverify.tolerance
+    if method not in NO_TOLERANCE:
+        assert _received(call, "tol") is specverify.tolerance
 
 
 def test_a_verifier_outside_pytest_uses_its_settings_and_lets_not_supported_through(spies, monkeypatch):

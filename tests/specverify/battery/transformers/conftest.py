@@ -13,7 +13,8 @@ from pytest_specverify.protocol import PortOptions
 pytest.importorskip("transformers")
 
 CACHE_CHECKS = ("test_commit_equivalence", "test_replay_check", "test_short_prompts", "test_long_context",
-                "test_decode_prefill_consistency", "test_stateful_fuzz", "test_reference_agreement")
+                "test_decode_prefill_consistency", "test_stateful_fuzz", "test_reference_agreement",
+                "test_prefill_onto_a_state_that_holds_tokens")
 
 
 @pytest.fixture(scope="session", params=["tiny-qwen3_5", "tiny-qwen3_next"])
