@@ -36,6 +36,7 @@ from .failure import SpecVerifyFailure
 from .owned import owned_outputs
 from .report import CheckReport
 from .controlled import ControlledDraft, controlled_q, draft_distribution
+from .sampling_rounds import RoundsPhase
 from .stats import conditional_fit, directional_fit, poisson_sf, softmax
 
 POWER = 0.99  # the power every named effect must be seen with
@@ -149,22 +150,44 @@ class SamplingCheck:
             self.steer.append(f"+{extra} runs for residual")
             self.part1(extra)
 
+    def rounding_null(self) -> float:
+        """The most a draft drawn from q = p is rejected by a correct loop, from the rounding the port's profile
+        allows between its verify rows and the prefill the check computes p from (at least 1e-4): logits off by at
+        most d = atol + rtol |logit| each, both ways, give TV <= tanh(d / T)."""
+        import math
+
+        import numpy as np
+
+        tol = self.tol
+        atol, rtol = tol.bounds("logits") if tol is not None and not tol.exact else (0.0, 0.0)
+        scale = float(np.abs(self.logits_after(())).max())
+        # logits each within d of the truth move p by at most TV tanh(d / 2) (the worst: half the mass up by d,
+        # half down by d); at temperature T the logits are divided by T
+        return max(1e-4, min(0.25, math.tanh((atol + rtol * scale) / self.temperature)))
+
+    def part3(self) -> None:
+        """Runs of many rounds (``sampling_rounds``), added until its named effects are seen with POWER."""
+        __tracebackhide__ = True
+        self.rounds = RoundsPhase(self, self.rounding_null())
+        step, cap = max(self.samples // 8, 10), self.samples * MAX_RUNS_FACTOR // 2
+        self.rounds.batch(step)
+        while self.rounds.runs < cap and not self.rounds.done():
+            self.steer.append(f"+{step} part-3 runs")
+            self.rounds.batch(min(step, cap - self.rounds.runs))
+
     def temperature_probe(self) -> dict:
         """Part 0 (T != 1): the draft proposes from q = p at T itself, so a correct loop accepts every
         draft (min(1, p/q) = 1; a rejection only from the port's own rounding of p, at most ``null``
         per run) while a loop whose p leaves the temperature out (p at T = 1) rejects with probability
         TV(p at T = 1, p at T) per run: a count test, sized until its power reaches POWER."""
         __tracebackhide__ = True
-        import math
 
         import numpy as np
 
         label = ("round's first token x1 | t0 ~ p(. | t0): with q = p at T (the check's draft) a correct loop accepts "
                  "every draft")
-        tol, T, samples = self.tol, self.temperature, self.samples
-        atol, rtol = tol.bounds("logits") if tol is not None and not tol.exact else (0.0, 0.0)
-        scale = float(np.abs(self.logits_after(())).max())
-        null = max(1e-4, min(0.25, math.expm1(2 * (atol + rtol * scale) / T)))
+        T, samples = self.temperature, self.samples
+        null = self.rounding_null()
         n = rejected = 0
         bug = 0.0
         while True:
@@ -263,6 +286,7 @@ class SamplingCheck:
         self.part1(self.samples)
         self.steer_part1()
         self.part2()
+        self.part3()
         if self.rounds_seen < self.runs // 2:
             raise SpecVerifyFailure(f"only {self.rounds_seen} of {self.runs} runs recorded a speculative round; the "
                                     f"sampling check needs the loop's per-round accepted counts")
@@ -307,6 +331,7 @@ class SamplingCheck:
                                     f"using p at T=1 would reject ~{probe['bug_expected']:.1f} of them; {where}); p at T=1 and "
                                     f"at T={self.temperature} are too close on this prompt: use a lower temperature, a prompt "
                                     f"whose next-token distribution has more spread, or raise --specverify-samples")
+        self.rounds.verdict(report, where, POWER)
         for what in ("rejections", "full_accepts", "second_drafts_reached"):
             if report.counts[what] < MIN_PATH:
                 raise SpecVerifyFailure(f"only {report.counts[what]} {what.replace('_', ' ')} in {runs} runs; the check cannot "

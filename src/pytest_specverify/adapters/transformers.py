@@ -38,8 +38,11 @@ TINY_TYPES = ("qwen3_5", "qwen3_next")
 #: ``reference``: against the engine's float32 reference model on the same checkpoint, measured max |dlogit|
 #: 2e-5 (tiny-qwen3_5) and 9e-5 (tiny-qwen3_next) over a 40-token prompt; a rotary, norm or gate 1e-4
 #: off (relative) moves logits by 5e-4 and up (tests/specverify/checks/test_reference.py).
+#: ``logits``: 1.5e-4 + 3e-5 |x| (about 2.5e-4 at |x| ~ 3.5, several times the 3.3e-5 measured): the sampling
+#: check's probe rounds take this bound as the rounding a correct loop may reject a draft for, so a looser one
+#: costs it runs (it needs ~n drafts with n * bound well below the 0.02 n of its named effect).
 FP32 = declared(name="transformers-fp32", atol=5e-4, rtol=1e-4, tie_margin=1e-3,
-                kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4), "reference": (1.5e-4, 3e-5)})
+                kinds={"logits": (1.5e-4, 3e-5), "taps": (5e-4, 1e-4), "reference": (1.5e-4, 3e-5)})
 
 
 def tiny_model(model_type: str = "qwen3_5", seed: int = 0, init: float = 0.1):

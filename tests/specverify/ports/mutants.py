@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from tests.specverify.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _probs
+from tests.specverify.ports.qwen3_numpy import Qwen3Numpy, Qwen3Port, SpecLoop, _draw, _probs
 
 
 # -- hybrid engine (onebit_engine) target mutants --------------------------------------------------------
@@ -375,6 +375,24 @@ class AcceptUsesFirstQRow(SpecLoop):
         return q[0]
 
 
+class LaterDraftBias(SpecLoop):
+    """At T > 0, from the second draft position on, the acceptance test and the residual use p mixed with 5%
+    of the uniform distribution (a sampler a few percent off in total variation at one later position of a
+    round); the first draft, the bonus and the greedy path are right."""
+
+    def accept(self, drafts, q, logits):
+        if self.t <= 0:
+            return super().accept(drafts, q, logits)
+        for i, d in enumerate(drafts):
+            p, qi = self.target_probs(logits[i]), np.asarray(self.q_row(q, i), np.float64)
+            if i >= 1:
+                p = 0.95 * p + 0.05 / p.size
+            if self.rng.random() * qi[d] < p[d]:
+                continue
+            return i, _draw(self.residual(p, qi), self.rng)
+        return len(drafts), _draw(_probs(logits[len(drafts)], self.t), self.rng)
+
+
 class SharedCaches(Qwen3Numpy):
     """new_state() hands every state the same KV cache objects (one sequence at a time works; two states
     side by side, as every check keeps them, do not)."""
@@ -413,7 +431,8 @@ _PORT_LOOPS = {"bonus_dropped": BonusDropped, "bonus_dropped_at_k1": BonusDroppe
                "draft_context_wrong_rows": ContextWrongRows, "residual_wrong": ResidualWrong,
                "seed_ignored": SeedIgnored, "temperature_ignored_in_accept": TemperatureIgnoredInAccept,
                "bonus_counted_as_accepted": BonusCountedAsAccepted, "accept_uses_first_q_row": AcceptUsesFirstQRow, "proposed_reported_as_accepted": ProposedReportedAsAccepted,
-               "residual_from_p": ResidualFromP, "zero_draft_steps_twice": ZeroDraftStepsTwice}
+               "residual_from_p": ResidualFromP, "zero_draft_steps_twice": ZeroDraftStepsTwice,
+               "later_draft_bias": LaterDraftBias}
 ENGINE_MUTANTS = ("prefill_conv_off_by_one", "conv_not_restored", "recurrent_not_restored", "full_accept_branch_on_partial", "snapshot_after_verify",
                   "checkpoint_ring_of_four", "decode_rope_table_of_256", "short_prefill_drops_conv", "replay_record_of_eight")
 _DRAFT_WRAPPERS = {"draft_stale_row_after_propose": DraftStaleRowAfterPropose, "draft_q_at_temperature_one": DraftQAtTemperatureOne}
