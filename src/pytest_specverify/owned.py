@@ -4,7 +4,11 @@ A port may hand out views of a buffer that its next call overwrites (zero-copy o
 device port); two such results compared later would be the same memory and always "equal"."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Mapping
+
+_LEDGER: ContextVar = ContextVar("specverify_states", default=None)
 
 
 def owned(a):
@@ -29,6 +33,14 @@ class OwnedOutputs:
 
     def __getattr__(self, name):
         return getattr(self._port, name)
+
+    def new_state(self):
+        """The port's new state, noted in the open :func:`closing_states` ledger (if any)."""
+        state = self._port.new_state()
+        ledger = _LEDGER.get()
+        if ledger is not None:
+            ledger.append(state)
+        return state
 
     def _rows(self, rows):
         from .protocol import Rows
@@ -56,3 +68,19 @@ def owned_outputs(port):
 def unwrapped(port):
     """The port itself, under the :func:`owned_outputs` wrapper if it is one."""
     return port._port if isinstance(port, OwnedOutputs) else port
+
+
+@contextmanager
+def closing_states(port):
+    """Every state a check obtains inside (through :func:`owned_outputs`) is handed to the port's optional
+    ``close(state)`` once when the block ends, pass or fail, so a native engine can free its contexts."""
+    states: list = []
+    token = _LEDGER.set(states)
+    try:
+        yield states
+    finally:
+        _LEDGER.reset(token)
+        close = getattr(unwrapped(port), "close", None)
+        if close is not None:
+            for state in states:
+                close(state)

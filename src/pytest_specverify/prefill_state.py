@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .checks import argmax
-from .failure import SpecVerifyFailure
+from .failure import SpecVerifyFailure, bound_text
 from .owned import owned_outputs
 from .report import CheckReport
 from .stats import log_softmax
@@ -93,4 +93,5 @@ def _same_as_one_prefill(port, st, before: list, tokens: list, tol: Tolerance, w
         f"{where}: {what} gives other log-probabilities than one prefill of the whole text on a fresh state "
         f"(position {len(before) + i}): max |dlogprob| {per_row[i]:.3e} vs logprob_max {tol.logprob_max:g}, mean KL "
         f"{kl:.3e} vs kl_max {tol.kl_max:g} (profile {tol.name!r}); rows before it: {[f'{x:.1e}' for x in per_row[:i]]}"
-        f"\n  {HINT}")
+        f"\n  {HINT}\n  "
+        + bound_text(float(per_row[i]), f"logprob_max={tol.logprob_max:g}", "max |dlogprob|", tol.name, False))

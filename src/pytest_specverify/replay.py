@@ -32,7 +32,10 @@ def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *,
     tol = tol or Tolerance("exact", exact=True)
     paths = list(port.commit_paths)
     if "replay" not in paths or "keep" not in paths:
-        raise NotSupported(f"port {port.name!r} has commit paths {paths}; the replay check needs 'keep' and 'replay'")
+        raise NotSupported(f"the replay check did not run: port {port.name!r} names its commit paths {paths}, and the check "
+                           f"compares the path named 'keep' (keep what the batched verify left) with the one named "
+                           f"'replay' (restore the state from before the verify, run the kept rows again); name yours so "
+                           f"if they do that")
     rng = np.random.default_rng(seed)
     report = CheckReport("replay_check")
     own_unsupported = None

@@ -54,6 +54,14 @@ class Verifier:
         port, tol = getattr(self.port, "name", self.port), getattr(self.tolerance, "name", self.tolerance)
         return f"Verifier(port={port!r}, tolerance={tol!r}, seed={self.seed})"
 
+    def _check(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        """Run one check; every state it obtained from the port is closed at the end (``port.close``)."""
+        __tracebackhide__ = True
+        from .owned import closing_states
+
+        with closing_states(self.port):
+            return self.run(fn, *args, **kwargs)
+
     # -- what a None leaves to the run -------------------------------------------------------------
     def _k(self, k: int | None, *, own_draft: bool = False) -> int:
         """``k`` as given, else the run's (``Settings.spec_k``; for a check that runs the port's own
@@ -84,7 +92,7 @@ class Verifier:
         __tracebackhide__ = True
         from .checks import commit_equivalence
 
-        return self.run(commit_equivalence, self.port, prompt, self._k_values(k_values), tol=self.tolerance,
+        return self._check(commit_equivalence, self.port, prompt, self._k_values(k_values), tol=self.tolerance,
                         seed=self.seed, **kw)
 
     @check
@@ -96,7 +104,7 @@ class Verifier:
         from .checks import greedy_identity
 
         d = draft if draft is not None else self.run(self.port.make_draft)
-        return self.run(greedy_identity, self.port, prompt, d, k=self._k(k, own_draft=draft is None),
+        return self._check(greedy_identity, self.port, prompt, d, k=self._k(k, own_draft=draft is None),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
 
     @check
@@ -108,7 +116,7 @@ class Verifier:
         from .checks import greedy_acceptance
 
         d = draft if draft is not None else self.run(self.port.make_draft)
-        return self.run(greedy_acceptance, self.port, self._prompts(prompts), d, k=self._k(k, own_draft=draft is None),
+        return self._check(greedy_acceptance, self.port, self._prompts(prompts), d, k=self._k(k, own_draft=draft is None),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), **kw)
 
     @check
@@ -118,7 +126,7 @@ class Verifier:
         __tracebackhide__ = True
         from .checks import forced_acceptance
 
-        return self.run(forced_acceptance, self.port, prompt, k=self._k(k), tol=self.tolerance, **kw)
+        return self._check(forced_acceptance, self.port, prompt, k=self._k(k), tol=self.tolerance, **kw)
 
     @check
     def self_draft(self, prompt, k=None, max_new_tokens=None, **kw):
@@ -126,7 +134,7 @@ class Verifier:
         __tracebackhide__ = True
         from .checks import self_draft_accepts_all
 
-        return self.run(self_draft_accepts_all, self.port, prompt, k=self._k(k),
+        return self._check(self_draft_accepts_all, self.port, prompt, k=self._k(k),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
 
     @check
@@ -136,7 +144,7 @@ class Verifier:
         __tracebackhide__ = True
         from .replay import replay_matches_keep
 
-        return self.run(replay_matches_keep, self.port, prompt, self._k_values(k_values), tol=self.tolerance,
+        return self._check(replay_matches_keep, self.port, prompt, self._k_values(k_values), tol=self.tolerance,
                         seed=self.seed)
 
     @check
@@ -146,7 +154,7 @@ class Verifier:
         __tracebackhide__ = True
         from .sampling_check import sampling_distribution
 
-        return self.run(sampling_distribution, self.port, prompt,
+        return self._check(sampling_distribution, self.port, prompt,
                         samples=self.settings.samples if samples is None else samples, seed=self.seed,
                         tol=self.tolerance, **kw)
 
@@ -160,7 +168,7 @@ class Verifier:
 
         if samples is None:
             samples = DRAFT_SAMPLES if self.settings.samples is None else self.settings.samples
-        return self.run(draft_sampling, self.port, prompt, samples=samples, k=self._k(k, own_draft=True),
+        return self._check(draft_sampling, self.port, prompt, samples=samples, k=self._k(k, own_draft=True),
                         tol=self.tolerance, seed=self.seed, **kw)
 
     @check
@@ -171,7 +179,7 @@ class Verifier:
         from .fuzz import run_commit_fuzz
 
         kw.setdefault("seed", self.seed)
-        return self.run(run_commit_fuzz, self.port, prompt, k_max=self._k(k_max), tol=self.tolerance, **kw)
+        return self._check(run_commit_fuzz, self.port, prompt, k_max=self._k(k_max), tol=self.tolerance, **kw)
 
     @check
     def prefill_consistency(self, prompt, max_new_tokens=None, **kw):
@@ -181,7 +189,7 @@ class Verifier:
         __tracebackhide__ = True
         from .reprefill import decode_prefill_consistency
 
-        return self.run(decode_prefill_consistency, self.port, prompt, max_new_tokens=self._max_new_tokens(max_new_tokens),
+        return self._check(decode_prefill_consistency, self.port, prompt, max_new_tokens=self._max_new_tokens(max_new_tokens),
                         tol=self.tolerance, seed=self.seed, **kw)
 
     @check
@@ -192,7 +200,7 @@ class Verifier:
         __tracebackhide__ = True
         from .prefill_state import prefill_onto_state
 
-        return self.run(prefill_onto_state, self.port, prompt, tol=self.tolerance, seed=self.seed,
+        return self._check(prefill_onto_state, self.port, prompt, tol=self.tolerance, seed=self.seed,
                         k=min(self.settings.spec_k, 3) if k is None else k, **kw)
 
     @check
@@ -203,7 +211,7 @@ class Verifier:
         __tracebackhide__ = True
         from .long_context import long_context
 
-        return self.run(long_context, self.port, prompt, length=self.settings.context if length is None else length,
+        return self._check(long_context, self.port, prompt, length=self.settings.context if length is None else length,
                         k=self._k(k), tol=self.tolerance, seed=self.seed, **kw)
 
     @check
@@ -213,7 +221,7 @@ class Verifier:
         __tracebackhide__ = True
         from .checks import draft_consistency
 
-        return self.run(draft_consistency, self.port, prompt, k=self._k(k, own_draft=True),
+        return self._check(draft_consistency, self.port, prompt, k=self._k(k, own_draft=True),
                         max_new_tokens=self._max_new_tokens(max_new_tokens), tol=self.tolerance, **kw)
 
     @check
@@ -227,8 +235,8 @@ class Verifier:
 
         path = path or self.settings.reference or getattr(self.port, "reference_path", None)
         if path is None:
-            return self.run(_no_reference, self.port)
-        return self.run(reference_agreement, self.port, self._prompts(prompts), reference=str(path), tol=self.tolerance,
+            return self._check(_no_reference, self.port)
+        return self._check(reference_agreement, self.port, self._prompts(prompts), reference=str(path), tol=self.tolerance,
                         max_new_tokens=8 if max_new_tokens is None else max_new_tokens, **kw)
 
 
