@@ -25,7 +25,8 @@ def test_greedy_identity(specverify, specverify_prompt_ids):
 def test_greedy_identity_sees_accepted_drafts(specverify):
     # over the prompt set: a draft that never matches leaves greedy identity with nothing but rejections
     report = specverify.greedy_acceptance()
-    print(f"{report.metrics['accepted']} of {report.metrics['proposed']} drafts accepted over {report.metrics['prompts']} prompts")
+    print(f"{report.metrics['accepted']} of {report.metrics['proposed']} drafts accepted over the first "
+          f"{report.metrics['prompts']} of {report.metrics['prompts_given']} prompts")
 
 
 def test_forced_acceptance_covers_every_accept_count(specverify, specverify_port, specverify_settings):

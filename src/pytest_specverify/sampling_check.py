@@ -169,9 +169,9 @@ class SamplingCheck:
         """Runs of many rounds (``sampling_rounds``), added until its named effects are seen with POWER."""
         __tracebackhide__ = True
         self.rounds = RoundsPhase(self, self.rounding_null())
-        step, cap = max(self.samples // 8, 10), self.samples * MAX_RUNS_FACTOR // 2
-        self.rounds.batch(step)
-        while self.rounds.runs < cap and not self.rounds.done():
+        first, step, cap = max(self.samples // 8, 10), max(self.samples // 40, 5), self.samples * MAX_RUNS_FACTOR // 2
+        self.rounds.batch(first)
+        while self.rounds.runs < cap and not self.rounds.done():  # small steps: each run costs ~12 rounds
             self.steer.append(f"+{step} part-3 runs")
             self.rounds.batch(min(step, cap - self.rounds.runs))
 

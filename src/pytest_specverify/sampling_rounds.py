@@ -3,7 +3,7 @@
 Parts 0-2 judge the first round of a run, so a loop that never rolls its state back after a rejection, or
 whose p is off at a later position only, passes them. Here each run makes ``ROUNDS`` rounds of k = 2 with a
 draft of the check's own (:class:`RoundDraft`) that knows the committed text and the target's p after it, and
-makes two kinds of round (one stir, then two probes):
+makes two kinds of round (one stir, then five probes):
 
 * *stir* rounds: q = ``controlled_q`` of p at each position (rejections, residuals, full accepts happen);
 * *probe* rounds: q = p itself at each position, so a correct loop accepts every draft (min(1, p/q) = 1; a
@@ -29,15 +29,16 @@ from .failure import SpecVerifyFailure
 from .stats import conditional_fit, poisson_sf, softmax
 
 TV_EFFECT = 0.02  # the named effect: p off by this total variation at one position of a round
-ROUNDS = 9  # rounds a run: stir, probe, probe, stir, ... (the probes' first drafts are what the counts need most)
+ROUNDS = 12  # rounds a run: a stir, five probes, a stir, ... (the probes' drafts are what the counts need most)
 K = 2
 CLASSES = ("first draft", "later drafts")
 
 
 class RoundDraft:
     """Proposes from q built from the target's p after the committed text (reconstructed from the loop
-    contract: the prompt, then each round's committed rows [anchor, d1..da]); every third round stirs (the
-    first), the other two probe. ``records``: one per proposal (kind, the text through the anchor, drafts, q and p rows)."""
+    contract: the prompt, then each round's committed rows [anchor, d1..da]); every sixth round stirs (the
+    first), the other five probe. ``records``: one per proposal (kind, the text through the anchor, drafts,
+    q and p rows)."""
 
     block_size = None  # no fixed block: proposes any number of drafts (the engine's loop reads it)
 
@@ -46,6 +47,7 @@ class RoundDraft:
         self.records: list[dict] = []
         self._last = None
         self.tapless = False  # the port passes no taps: the rows a round committed are not known here
+        self._st, self._text = None, None  # the check's own target state and the tokens it has consumed
 
     def new_state(self) -> ContextState:
         return ContextState()
@@ -73,13 +75,22 @@ class RoundDraft:
         text = tuple(state.tokens) + (int(anchor_token),)
         if -1 in text:
             raise ValueError("RoundDraft: a plain step fed a row whose token it cannot know")
-        kind = "probe" if len(self.records) % 3 else "stir"
-        # the target's p after the text, then after each draft: one prefill and single steps
-        st = self.port.new_state()
-        p = softmax(np.asarray(self.port.prefill(st, list(text)).logits, np.float64)[-1], self.temperature)
+        kind = "probe" if len(self.records) % 6 else "stir"
+        # the target's p after the text, then after each draft: single steps on the check's own state, which a
+        # fresh prefill rebuilds whenever the round before did not keep everything this state went through
+        if self._text == text[:-1]:
+            logits = self.port.step(self._st, text[-1]).logits
+        else:
+            self._st = self.port.new_state()
+            logits = self.port.prefill(self._st, list(text)).logits
+        st = self._st
+        p = softmax(np.asarray(logits, np.float64)[-1], self.temperature)
         drafts, qs, ps = [], [], []
+        # every other stir round probes its first position too (q = p there, controlled after it): more
+        # first-draft counts for the same rounds, and rollbacks of one kept draft
+        probes = set(range(n_draft)) if kind == "probe" else ({0} if len(self.records) % 12 == 6 else set())
         for i in range(n_draft):
-            q = p if kind == "probe" else controlled_q(p, self.seed + 7919 * len(self.records) + i)[0]
+            q = p if i in probes else controlled_q(p, self.seed + 7919 * len(self.records) + i)[0]
             tok = min(int(np.searchsorted(np.cumsum(q), rng.random() * q.sum(), side="right")), q.size - 1)
             while q[tok] <= 0:
                 tok -= 1
@@ -87,7 +98,9 @@ class RoundDraft:
             qs.append(q)
             ps.append(p)
             p = softmax(np.asarray(self.port.step(st, tok).logits, np.float64)[-1], self.temperature)
-        self.records.append({"kind": kind, "text": text, "drafts": drafts, "q": qs, "p": ps, "bonus_p": p})
+        self.records.append({"kind": kind, "probes": probes, "text": text, "drafts": drafts, "q": qs, "p": ps,
+                             "bonus_p": p})
+        self._text = text + tuple(drafts)
         self._last = (int(anchor_token), list(drafts))
         return Proposal(np.asarray(drafts, np.int64), np.asarray(qs))
 
@@ -137,15 +150,16 @@ class RoundsPhase:
                     f"{pos}, but the draft was asked {len(draft.records)} times and its proposals do not line up with "
                     f"the reported rounds there (anchor, count): the loop's accepted / proposed counts do not describe "
                     f"the rounds it ran")
-            if rec["kind"] == "probe":
-                for i in range(min(a + 1, n)):
-                    cls = CLASSES[min(i, 1)]
-                    self.trials[cls] += 1
-                    self.rejected[cls] += i == a
-                    cell = self.after.setdefault((cls, before), [0, 0])
-                    cell[0] += 1
-                    cell[1] += i == a
-            elif a < n and pos + a < len(tokens):
+            for i in sorted(rec["probes"]):
+                if i >= min(a + 1, n):
+                    break
+                cls = CLASSES[min(i, 1)]
+                self.trials[cls] += 1
+                self.rejected[cls] += i == a
+                cell = self.after.setdefault((cls, before), [0, 0])
+                cell[0] += 1
+                cell[1] += i == a
+            if a < n and a not in rec["probes"] and pos + a < len(tokens):
                 x, p, q = tokens[pos + a], rec["p"][a], rec["q"][a]
                 r = np.maximum(p - q, 0.0)
                 in_a = q > p * (1 + 1e-9)  # the controlled half A: q = c p with c > 1

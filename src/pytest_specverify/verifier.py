@@ -3,7 +3,8 @@
 The ``specverify`` fixture returns one (the plugin builds it from ``specverify_port``,
 ``specverify_tolerance``, ``specverify_settings`` and ``specverify_seed``): the one surface of the plugin
 (the battery and the docs call ``specverify.<check>``). The checks are its methods marked ``@check``;
-``Verifier.CHECKS`` is read from those marks, so the names are written once. It is a plain class (no pytest here), so it also runs outside pytest::
+``Verifier.CHECKS`` is read from those marks, so the names are written once. It is a plain class (no
+pytest here), so it also runs outside pytest::
 
     v = Verifier(port, profile("exact"), Settings(), seed=0)
     v.commit_equivalence(port.encode("hello"), k_values=(0, 1))

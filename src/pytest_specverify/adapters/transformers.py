@@ -38,11 +38,12 @@ TINY_TYPES = ("qwen3_5", "qwen3_next")
 #: ``reference``: against the engine's float32 reference model on the same checkpoint, measured max |dlogit|
 #: 2e-5 (tiny-qwen3_5) and 9e-5 (tiny-qwen3_next) over a 40-token prompt; a rotary, norm or gate 1e-4
 #: off (relative) moves logits by 5e-4 and up (tests/specverify/checks/test_reference.py).
-#: ``logits``: 1.5e-4 + 3e-5 |x| (about 2.5e-4 at |x| ~ 3.5, several times the 3.3e-5 measured): the sampling
-#: check's probe rounds take this bound as the rounding a correct loop may reject a draft for, so a looser one
-#: costs it runs (it needs ~n drafts with n * bound well below the 0.02 n of its named effect).
+#: ``logits``: 2e-4 + 5e-5 |x|: measured up to 1.4e-4 (the next step after a k = 7 commit, --specverify-seed 3;
+#: 2.5e-5 to 5.5e-5 on seeds 0..2). The sampling check's probe rounds take this bound as the rounding a correct
+#: loop may reject a draft for, so a looser one costs it runs (n drafts with n * bound well below the 0.02 n
+#: of its named effect).
 FP32 = declared(name="transformers-fp32", atol=5e-4, rtol=1e-4, tie_margin=1e-3,
-                kinds={"logits": (1.5e-4, 3e-5), "taps": (5e-4, 1e-4), "reference": (1.5e-4, 3e-5)})
+                kinds={"logits": (2e-4, 5e-5), "taps": (5e-4, 1e-4), "reference": (1.5e-4, 3e-5)})
 
 
 def tiny_model(model_type: str = "qwen3_5", seed: int = 0, init: float = 0.1):
@@ -86,6 +87,10 @@ class TransformersPort(SnapshotCommit):
 
     commit_paths = ("keep", "replay")
     loop_class = ReferenceLoop
+    # its draft is a seeded random bigram table standing in for a real one: over 256 tokens it matches the
+    # target by chance only (no draft accepted over the 10 prompts at --specverify-seed 2), so greedy identity's
+    # power check is a visible skip here; forced acceptance checks the accepted rows
+    draft_may_never_match = True
 
     def __init__(self, model, *, name: str = "transformers", tokenizer=None, draft_seed: int = 0, tolerance=FP32,
                  reference_path=None):

@@ -86,7 +86,10 @@ def test_too_few_runs_to_see_the_named_effect_fail_saying_what_they_cannot_see(m
     from pytest_specverify import sampling_check
     from pytest_specverify.sampling_check import sampling_distribution
 
-    monkeypatch.setattr(sampling_check, "MAX_RUNS_FACTOR", 1)  # part 3 may then add no run past its first 12
+    from pytest_specverify import sampling_rounds
+
+    monkeypatch.setattr(sampling_check, "MAX_RUNS_FACTOR", 1)  # part 3: at most 50 runs
+    monkeypatch.setattr(sampling_rounds, "ROUNDS", 3)  # of 3 rounds: ~100 probed first drafts, 500 are needed
     port = make_port(PortOptions())
     with pytest.raises(SpecVerifyFailure, match=r"part 3\): the check cannot see first draft: p off by TV 0.02: power"):
         sampling_distribution(port, port.encode("ab"), samples=100, tol=profile(port.tolerance))

@@ -72,3 +72,17 @@ def test_a_reference_of_another_vocabulary_fails():
     port = make_port(PortOptions())
     with pytest.raises(SpecVerifyFailure, match="vocabulary"):
         _verifier(port).reference(path=hf_port(PortOptions()).reference_path)
+
+
+def test_the_option_names_the_reference_for_the_battery(sv_pytester, tmp_path):
+    """--specverify-reference reaches the battery's test; a checkpoint of another model fails it."""
+    from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
+    from pytest_specverify.adapters.onebit import TINY
+
+    cfg = tiny_config(**TINY)
+    other = write_checkpoint(tmp_path / "other", cfg, random_weights(cfg, 7))  # same shapes, other weights
+    sv_pytester.makepyfile("from pytest_specverify.battery import test_reference_agreement  # noqa: F401\n")
+    result = sv_pytester.runpytest_subprocess("-p", "no:cacheprovider", "--specverify-reference", str(other),
+                                              "--specverify-num-prompts", "2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*the port's logits differ from the float32 reference model ({other})*"])
