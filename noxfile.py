@@ -120,14 +120,14 @@ def llama(session: nox.Session) -> None:
     """llama.cpp: builds llama-cpp-python trimmed (see LLAMA_CMAKE_ARGS), then the adapter's tests and its battery
     on seeds 0..3 (its tiny checkpoints are made here: seeded random weights -> HF folder -> GGUF)."""
     _install(session, "test,oracle,llama")
-    _battery_on_seeds(session, "tests/specverify_llama", "tests/plugin/test_llama_cpp_port.py")
+    _battery_on_seeds(session, "tests/specverify/battery/llama_cpp", "tests/specverify/adapters/test_llama_cpp_port.py")
 
 
 @nox.session(python="3.11", default=False)
 def mlx(session: nox.Session) -> None:
     """mlx-lm on MLX's CPU wheel: the adapter's tests and its battery on seeds 0..3, with the exact profile."""
     _install(session, "test,oracle,mlx")
-    _battery_on_seeds(session, "tests/specverify_mlx", "tests/plugin/test_mlx_lm_port.py")
+    _battery_on_seeds(session, "tests/specverify/battery/mlx_lm", "tests/specverify/adapters/test_mlx_lm_port.py")
 
 
 @nox.session(python="3.11", default=False)

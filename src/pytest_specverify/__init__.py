@@ -6,7 +6,7 @@ The checks themselves live in ``checks``, ``sampling_check``, ``fuzz`` and their
 binds them to a port, and ``plugin`` hands it out as the ``specverify`` fixture (the ``check_*`` fixtures are its
 methods).
 """
-from .compare import SpecVerifyFailure
+from .failure import SpecVerifyFailure
 from .device_gate import DeviceStatus
 from .protocol import DraftLike, NotSupported, PortOptions, Rows, SpecPort, SpecRun, byte_encode
 from .tolerance import PROFILES, Tolerance, profile

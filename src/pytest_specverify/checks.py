@@ -7,25 +7,15 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
-from .compare import (SpecVerifyFailure, first_logit_difference, first_state_difference, first_token_divergence,
-                      logit_margin, owned_outputs, token_window, unwrapped)
+from .compare import first_logit_difference, first_state_difference, first_token_divergence, logit_margin
 from .drafts import AuditedDraft, ForcingDraft, SelfDraft, cycle_script
+from .failure import SpecVerifyFailure, margin_text, round_of, rows_label, token_window
+from .owned import owned_outputs, unwrapped
 from .protocol import NotSupported, require_loop_k
+from .report import CheckReport
 from .tolerance import Tolerance
-
-
-@dataclass
-class CheckReport:
-    """What a passing check exercised: ``counts`` (e.g. commits per path/accept count), ``metrics``
-    (accept rate, tokens/round...), ``notes`` (near-tie divergences accepted under the profile)."""
-
-    name: str
-    counts: Counter = field(default_factory=Counter)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
 
 
 _PLAIN = weakref.WeakKeyDictionary()  # port -> {(prompt, n): its plain greedy tokens}
@@ -51,13 +41,6 @@ def argmax(logits) -> int:
 
     return int(np.argmax(np.asarray(logits)))
 
-
-def _rows_label(r: int, k: int) -> str:
-    if r == 0:
-        return "no row kept"
-    if r == k + 1:
-        return f"full accept ({k} of {k} drafts)"
-    return f"{r - 1} of {k} drafts accepted"
 
 
 def require_independent_states(port, prompt: Sequence[int], tol: Tolerance) -> None:
@@ -163,7 +146,7 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
         for path in paths:
             for r in range(k + 2):
                 shape = f"[last, d1..d{k}]" if k else "[last]"
-                where = f"commit path {path!r}, k={k}, rows {shape} = {rows}, kept {r} rows ({_rows_label(r, k)})"
+                where = f"commit path {path!r}, k={k}, rows {shape} = {rows}, kept {r} rows ({rows_label(r, k)})"
                 ver = commit_round(port, prompt, rows, r, path, rows[r] if r <= k else bonus, tol, where)
                 report.counts[(path, k, r)] += 1
             for i in range(k + 1):
@@ -178,17 +161,6 @@ def commit_equivalence(port, prompt: Sequence[int], k_values: Sequence[int], tol
 
 
 # -- 2. greedy identity ---------------------------------------------------------------------------
-def _round_of(run, index: int) -> str:
-    pos = 1  # tokens[0] comes from the prefill
-    if index == 0:
-        return "the token from the prefill"
-    for j, (a, n) in enumerate(zip(run.accepted, run.proposed)):
-        if pos + a + 1 > index:
-            kind = "an accepted draft" if index - pos < a else "the bonus token"
-            return f"round {j} ({a} of {n} drafts accepted; it is {kind} of that round)"
-        pos += a + 1
-    return "after the last recorded round (a plain step)"
-
 
 def check_bookkeeping(run, k: int, label: str = "") -> None:
     """What a SpecRun reports must be possible: 0 <= accepted <= proposed <= k each round, and the
@@ -238,7 +210,7 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
         st = port.new_state()
         logits = np.asarray(port.prefill(st, list(prompt) + plain[:i]).logits)[-1]
         top, second, gap = logit_margin(logits)
-        margin = f"plain logits there: top {top} ({logits[top]:.6g}), runner-up {second} ({logits[second]:.6g}), margin {gap:.3e}"
+        margin = margin_text(logits, top, second, gap)
         if not tol.exact and gap <= tol.tie_margin and got[i] in (top, second):
             report.notes.append(f"{label}near-tie divergence at token {i} accepted under profile {tol.name!r}: {margin}")
             return report
@@ -246,9 +218,43 @@ def greedy_identity(port, prompt: Sequence[int], draft, *, max_new_tokens: int, 
         margin = f"lengths differ: speculative {len(got)} tokens, plain {len(plain)}"
     raise SpecVerifyFailure(
         f"{label}speculative output differs from plain greedy decoding at token {i} of {len(plain)}, in "
-        f"{_round_of(run, i)}\n{token_window(got, plain, i)}\n  {margin}\n"
+        f"{round_of(run, i)}\n{token_window(got, plain, i)}\n  {margin}\n"
         f"  k={k}, commit path {commit_path!r}, acceptance {run.acceptance_rate:.2f}, rounds (accepted/proposed): "
         f"{list(zip(run.accepted, run.proposed))[:12]}")
+
+
+def greedy_acceptance(port, prompts: Sequence[Sequence[int]], draft, *, k: int, max_new_tokens: int,
+                      commit_path: str | None = None) -> CheckReport:
+    """Greedy identity's power: over the prompts, the draft must get at least one draft accepted. A draft
+    that never matches only exercises rejections (every round keeps [last] and the bonus), so identity
+    with plain decoding says nothing about accepted rows. A port whose draft may legitimately never match
+    opts out with ``draft_may_never_match = True`` (a visible skip)."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
+    require_loop_k(port, k)
+    if getattr(port, "draft_may_never_match", False):
+        raise NotSupported(f"port {getattr(port, 'name', port)!r} declares draft_may_never_match = True: greedy identity "
+                           f"is not required to see accepted drafts (forced_acceptance still checks accepted rows)")
+    report = CheckReport("greedy_acceptance")
+    per_prompt = []
+    for prompt in prompts:  # until one draft is accepted: that is all this check asks
+        run = port.speculative_generate(list(prompt), draft, max_new_tokens=max_new_tokens, k=k, commit_path=commit_path)
+        check_bookkeeping(run, k)
+        per_prompt.append((sum(run.accepted), sum(run.proposed)))
+        report.counts.update(Counter(run.accepted))
+        if per_prompt[-1][0]:
+            break
+    accepted, proposed = sum(a for a, _ in per_prompt), sum(n for _, n in per_prompt)
+    report.metrics.update(accepted=accepted, proposed=proposed, acceptance_rate=accepted / proposed if proposed else 0.0,
+                          prompts=len(per_prompt), prompts_given=len(prompts))
+    if accepted == 0:
+        name = getattr(draft, "name", None) or type(draft).__name__
+        raise SpecVerifyFailure(
+            f"the draft {name} of port {getattr(port, 'name', port)!r} got no draft accepted over {len(per_prompt)} "
+            f"prompts (acceptance 0 of {proposed} proposed, k={k}, {max_new_tokens} tokens a prompt; per prompt "
+            f"accepted/proposed {per_prompt[:10]}): greedy identity then only saw rejections and says nothing about "
+            f"accepted rows. Give the port a draft that matches sometimes (a trained draft, an n-gram draft over the "
+            f"prompt), or declare draft_may_never_match = True on the port to opt out")
+    return report
 
 
 # -- forcing draft and self-draft -----------------------------------------------------------------
@@ -279,15 +285,14 @@ def forced_acceptance(port, prompt: Sequence[int], *, k: int, tol: Tolerance, pa
                          prompt_length=len(prompt))
     run = port.speculative_generate(prompt, draft, max_new_tokens=max_new, k=k, commit_path=commit_path)
     report = CheckReport("forced_acceptance", metrics={"acceptance_rate": run.acceptance_rate, "tokens_per_round": run.tokens_per_round})
-    if taps is None:
-        report.notes.append("the port returns no taps (Rows.taps is None): the context rows the loop feeds the draft "
-                            "were not checked, only the anchors and the accept counts")
+    # a port without taps has no context rows to check: said in the report, not warned (nothing is missing)
+    report.metrics["context_rows_checked"] = taps is not None
     i = first_token_divergence(list(run.tokens), plain[:max_new])
     if i is not None:
         seen = ("\n  then the draft saw (a consequence):\n    " + "\n    ".join(draft.problems[:2])) if draft.problems else ""
         raise SpecVerifyFailure(
             f"with a forcing draft (pattern {pattern}, k={k}) the output differs from plain greedy at token {i}, in "
-            f"{_round_of(run, i)}\n{token_window(list(run.tokens), plain[:max_new], i)}{seen}")
+            f"{round_of(run, i)}\n{token_window(list(run.tokens), plain[:max_new], i)}{seen}")
     if draft.problems:
         raise SpecVerifyFailure("the output is right but the loop fed the forcing draft wrong inputs:\n  " + "\n  ".join(draft.problems))
     if len(run.accepted) != len(draft.expected):
@@ -338,7 +343,7 @@ def _zero_draft_loop(port, prompt, *, tol: Tolerance, commit_path: str | None, m
     if i is not None:
         raise SpecVerifyFailure(
             f"at k = 0 (no drafts: each round verifies [last] and keeps it) the loop's output differs from plain greedy "
-            f"at token {i}, in {_round_of(run, i)}, commit path {commit_path!r}\n{token_window(list(run.tokens), plain[:max_new], i)}"
+            f"at token {i}, in {round_of(run, i)}, commit path {commit_path!r}\n{token_window(list(run.tokens), plain[:max_new], i)}"
             f"\n  (does a zero-draft round advance the state twice, e.g. a fast-path step of the anchor and then a "
             f"verify + commit of it too?)")
     check_bookkeeping(run, 0, "k=0: ")
@@ -391,63 +396,3 @@ def draft_consistency(port, prompt: Sequence[int], *, k: int, max_new_tokens: in
                                 f"the check needs at least 2 greedy proposals")
     return CheckReport("draft_consistency", counts=Counter(run.accepted),
                        metrics={"proposals_checked": audit.checked, "acceptance_rate": run.acceptance_rate})
-
-
-# -- 3. replay check ------------------------------------------------------------------------------
-REPLAY_CONTRACT = ("'replay' must mean: restore the state from before the verify and run the kept rows again "
-                   "(as single steps, or any pass the port trusts); 'keep': keep what the batched verify left")
-
-
-def replay_matches_keep(port, prompt: Sequence[int], k_values: Sequence[int], *, tol: Tolerance | None = None,
-                        seed: int = 0) -> CheckReport:
-    """On a full accept, the state the batch left ("keep") equals the replayed state within the port's
-    profile (bit for bit only when the profile is exact: a batched pass of k+1 rows and k+1 single steps
-    differ by rounding in any BLAS), and the port's own replay check (``commit(..., replay_check=True)``)
-    agrees. A port without its own replay check raises ``NotSupported`` from that call: the item is
-    then skipped, saying that keep and replay agreed."""
-    __tracebackhide__ = True  # pytest shows the caller's line, not this module's
-    port = owned_outputs(port)  # its outputs copied: a port may reuse its buffers
-    import numpy as np
-
-    from .compare import measuring
-
-    tol = tol or Tolerance("exact", exact=True)
-    paths = list(port.commit_paths)
-    if "replay" not in paths or "keep" not in paths:
-        raise NotSupported(f"port {port.name!r} has commit paths {paths}; the replay check needs 'keep' and 'replay'")
-    rng = np.random.default_rng(seed)
-    report = CheckReport("replay_check")
-    own_unsupported = None
-    for k in [k for k in k_values if k >= 1] or [1]:
-        rows = None
-        states = {}
-        for path in ("keep", "replay"):
-            st = port.new_state()
-            last = argmax(port.prefill(st, prompt).logits[-1])
-            rows = rows or [last] + [int(t) for t in rng.integers(0, port.vocab_size, size=k)]
-            port.verify(st, rows, path=path)
-            port.commit(st, k + 1, path=path)
-            states[path] = port.state_arrays(st)  # already a copy (owned_outputs)
-        with measuring() as m:
-            bad = first_state_difference(states["keep"], states["replay"], tol)
-        if bad:
-            raise SpecVerifyFailure(f"full accept of k={k} rows {rows}: the kept batch state differs from the replayed one "
-                                    f"beyond profile {tol.name!r} ({tol.describe()}): {bad}\n  ({REPLAY_CONTRACT})")
-        report.metrics[f"max_diff_k{k}"] = max((w[1] for w in m.worst.values()), default=0.0)
-        report.metrics.setdefault("bitwise", True)
-        report.metrics["bitwise"] &= all(np.array_equal(states["keep"][n], states["replay"][n]) for n in states["keep"])
-        st = port.new_state()
-        port.prefill(st, prompt)
-        port.verify(st, rows, path="keep")
-        try:
-            port.commit(st, k + 1, path="keep", replay_check=True)
-        except NotSupported as exc:  # the documented opt-out: the port has no replay check of its own
-            own_unsupported = str(exc)
-        except Exception as exc:  # the port's own replay check (e.g. onebit_engine.StateMismatch)
-            raise SpecVerifyFailure(f"full accept of k={k}: the port's own replay check failed: {exc}") from exc
-        report.counts[k] += 1
-    if own_unsupported is not None:
-        diffs = ", ".join(f"k={k} {report.metrics[f'max_diff_k{k}']:.2e}" for k in report.counts)
-        raise NotSupported(f"keep and replay agree within profile {tol.name!r} (max |diff| {diffs}); the port's own "
-                           f"replay check is not supported: {own_unsupported}")
-    return report

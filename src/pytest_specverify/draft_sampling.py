@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport
-from .compare import SpecVerifyFailure, owned, owned_outputs
+from .failure import SpecVerifyFailure
+from .owned import owned, owned_outputs
+from .report import CheckReport
 from .stats import conditional_fit
 from .tolerance import Tolerance
 

@@ -5,9 +5,12 @@ rule and the logits of every verify row and step. Hypothesis is imported only wh
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Sequence
 
-from .compare import SpecVerifyFailure, first_logit_difference, first_state_difference, owned_outputs
+from .compare import first_logit_difference, first_state_difference
+from .failure import SpecVerifyFailure
+from .owned import owned_outputs
 from .tolerance import Tolerance
 
 
@@ -96,7 +99,8 @@ def run_commit_fuzz(port, prompt: Sequence[int], *, k_max: int, tol: Tolerance, 
                     phases=[p for p in Phase if p.name != "explain"])  # explain re-runs a failure dozens of times
     test = hseed(seed)(get_state_machine_test(PortMachine, settings=conf))
     try:
-        test()
+        with _storage_elsewhere():
+            test()
     except SpecVerifyFailure:
         raise
     except BaseExceptionGroup as group:  # report_multiple_bugs=False makes this rare: lead with the port's failure
@@ -113,3 +117,21 @@ def _leaves(group):
             yield from _leaves(e)
         else:
             yield e
+
+
+@contextmanager
+def _storage_elsewhere():
+    """Hypothesis' storage (its example database is off here, but it also caches the constants it reads from
+    source files) in a temporary folder while the fuzz runs, then the process's own setting back: the battery
+    leaves no ``.hypothesis/`` folder in the user's working directory."""
+    import tempfile
+
+    from hypothesis import configuration
+
+    before = vars(configuration).get("__hypothesis_home_directory")  # private: None until a first use or a set
+    with tempfile.TemporaryDirectory(prefix="specverify-hypothesis-") as tmp:
+        configuration.set_hypothesis_home_dir(tmp)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(before)

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport, argmax, commit_round, require_independent_states
-from .compare import SpecVerifyFailure, owned_outputs
+from .checks import argmax, commit_round, require_independent_states
+from .failure import SpecVerifyFailure, bound_text
+from .owned import owned_outputs
 from .protocol import NotSupported, context_length
+from .report import CheckReport
 from .stats import log_softmax
 from .tolerance import Tolerance
 
@@ -101,7 +103,9 @@ def _decode_vs_prefill(port, seq, n_prompt, tol, report) -> None:
         detail = (f"in positions {lo}..{hi}: k3 KL {w_kl:.3e} vs kl_max {tol.kl_max:g}, although every |dlogprob| is "
                   f"within logprob_max {tol.logprob_max:g} (the largest there {abs(r[worst]):.3e} at position "
                   f"{n_prompt - 1 + worst})")
-    raise SpecVerifyFailure(f"{head} {detail}\n  {HINT}")
+    measured = (bound_text(float(np.abs(r).max()), f"logprob_max={tol.logprob_max:g}", "max |dlogprob|", tol.name, False)
+                if bad.any() else bound_text(w_kl, f"kl_max={tol.kl_max:g}", "window k3 KL", tol.name, False))
+    raise SpecVerifyFailure(f"{head} {detail}\n  {HINT}\n  {measured}")
 
 
 def _spec_round_at(port, seq, k, tol, rng, paths, report) -> None:

@@ -6,8 +6,8 @@ run of the environment, and acts only where it is in use:
 - the run: any ``--specverify-*`` option given (command line, ``addopts`` or ``PYTEST_ADDOPTS``), or the
   project opts in with the ini option ``specverify = true``; then the header is printed, port and profile
   names are checked, and every ``device``-marked test is gated on the NPU probe;
-- a test: it uses one of the plugin's fixtures (``specverify``, ``specverify_*``, the ``check_*`` names
-  below, ``forcing_draft``, ``self_draft``) or is a battery test; then the header is printed after
+- a test: it uses one of the plugin's fixtures (``specverify``, ``specverify_*``, ``forcing_draft``,
+  ``self_draft``) or is a battery test; then the header is printed after
   collection and that test, if ``device``-marked, is gated. A project's own ``device`` tests that use none
   of these run.
 
@@ -17,7 +17,6 @@ engine, pyxrt) is imported inside hooks or fixtures. The logic lives in plain mo
 """
 from __future__ import annotations
 
-import argparse
 import functools
 
 import pytest
@@ -26,12 +25,8 @@ from .session import Settings, bounded, k_list
 
 SETTINGS = pytest.StashKey[Settings]()
 ACTIVE = pytest.StashKey[bool]()  # the run uses the plugin (an option given, or the ini opt-in)
-EXPLICIT = "_specverify_explicit"  # set on the option namespace by any --specverify-* option given
 
-CHECKS = ("check_commit_equivalence", "check_greedy_identity", "check_forced_acceptance", "check_self_draft",
-          "check_replay", "check_sampling", "check_draft_sampling", "check_fuzz", "check_prefill_consistency",
-          "check_long_context", "check_draft_consistency")
-FIXTURES = frozenset(CHECKS + ("specverify", "forcing_draft", "self_draft"))
+FIXTURES = frozenset(("specverify", "forcing_draft", "self_draft"))
 BATTERY = "pytest_specverify.battery"
 
 MARKERS = {
@@ -41,54 +36,53 @@ MARKERS = {
     "replay_check": "replay_check: runs commits with the replay check on (kept state == replayed state)",
 }
 
-
-class _Given(argparse.Action):
-    """Store the value (or ``const`` for a flag) and note that a --specverify-* option was given."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
-        setattr(namespace, EXPLICIT, True)
+# option -> (the Settings field it sets, addoption keywords). Every option defaults to None ("not given");
+# the defaults live in Settings alone, and --help shows them from there.
+OPTIONS = {
+    "--specverify-port": ("port", dict(metavar="NAME", help="port to verify (entry-point group 'specverify.ports')")),
+    "--specverify-model": ("model", dict(
+        metavar="PATH", help="checkpoint folder, config.json or preset (tiny-qwen3_5, tiny-qwen3_next) for ports that "
+                             "load a model, e.g. --specverify-port transformers (None: the port's default)")),
+    "--specverify-backend": ("backend", dict(
+        metavar="NAME", help="GEMM backend the port is built with (None: the port's default)")),
+    "--specverify-row-set": ("row_set", dict(
+        metavar="N", type=bounded("--specverify-row-set", 1, 64),
+        help="row set (GEMM rows per call) the port is built with (None: the port's default)")),
+    "--specverify-prompts": ("prompt_set", dict(
+        metavar="SET", choices=("default", "code", "prose", "random", "all"),
+        help="prompt set: default, code, prose, random or all")),
+    "--specverify-num-prompts": ("num_prompts", dict(
+        metavar="N", type=bounded("--specverify-num-prompts", 1, 1000, " (0 would leave greedy identity with no prompt "
+                                                                       "to check)"),
+        help="number of prompts in the greedy-identity matrix")),
+    "--specverify-k": ("k_values", dict(
+        metavar="K,K,...", type=k_list, help="draft counts k for the commit checks (the loop checks use the largest; "
+                                             "those that run the port's own draft at most its max_k)")),
+    "--specverify-profile": ("profile", dict(
+        metavar="NAME", help="tolerance profile (exact, fp32, fp16, npu; None: the port's declared one)")),
+    "--specverify-seed": ("seed", dict(metavar="INT", type=int, help="base seed; each test uses seed + crc32(nodeid)")),
+    "--specverify-samples": ("samples", dict(
+        metavar="N", type=bounded("--specverify-samples", 100, 1_000_000, " (fewer runs cannot resolve a distribution)"),
+        help="seeded runs the sampling-distribution check starts each part with (it adds runs until its named effects "
+             "are seen with power 0.99; None: start at 200) and proposals in the draft-sampling check (None: 800)")),
+    "--specverify-context": ("context", dict(
+        metavar="N", type=bounded("--specverify-context", 1, 1 << 16),
+        help="tokens the long-context check fills the context with (at most the port's max_context)")),
+    "--specverify-reference": ("reference", dict(
+        metavar="PATH", help="a Hugging Face checkpoint folder of the model the port computes: the reference-agreement "
+                             "check loads it on the engine's float32 reference backend and compares the port's logits "
+                             "(None: the port's reference_path, else the check is skipped)")),
+    "--specverify-require-device": ("require_device", dict(
+        action="store_true", help="error (instead of skip) when a 'device' test finds no NPU; nox -s device passes it")),
+}
 
 
 def pytest_addoption(parser):
     g = parser.getgroup("specverify", "speculative-decoding verification (pytest-specverify)")
-
-    def add(*names, action=None, **kw):
-        if action == "store_true":
-            kw.update(nargs=0, const=True)
-        g.addoption(*names, action=_Given, **kw)
-
-    add("--specverify-port", metavar="NAME", default="onebit",
-        help="port to verify (entry-point group 'specverify.ports'). Default: %(default)r")
-    add("--specverify-model", metavar="PATH", default=None,
-        help="checkpoint folder, config.json or preset (tiny-qwen3_5, tiny-qwen3_next) for ports that load a model, "
-             "e.g. --specverify-port transformers (None: the port's default). Default: %(default)r")
-    add("--specverify-backend", metavar="NAME", default=None,
-        help="GEMM backend the port is built with (None: the port's default). Default: %(default)r")
-    add("--specverify-row-set", metavar="N", type=bounded("--specverify-row-set", 1, 64), default=None,
-        help="row set (GEMM rows per call) the port is built with (None: the port's default). Default: %(default)r")
-    add("--specverify-prompts", metavar="SET", default="default", choices=("default", "code", "prose", "random", "all"),
-        help="prompt set: default, code, prose, random or all. Default: %(default)r")
-    add("--specverify-num-prompts", metavar="N",
-        type=bounded("--specverify-num-prompts", 1, 1000, " (0 would leave greedy identity with no prompt to check)"), default=10,
-        help="number of prompts in the greedy-identity matrix. Default: %(default)r")
-    add("--specverify-k", metavar="K,K,...", type=k_list, default=Settings.k_values,
-        help="draft counts k for the commit checks (the loop checks use the largest; those that run the "
-             "port's own draft at most its max_k). Default: %(default)r")
-    add("--specverify-profile", metavar="NAME", default=None,
-        help="tolerance profile (exact, fp32, fp16, npu; None: the port's declared one). Default: %(default)r")
-    add("--specverify-seed", metavar="INT", type=int, default=0,
-        help="base seed; each test uses seed + crc32(nodeid). Default: %(default)r")
-    add("--specverify-samples", metavar="N",
-        type=bounded("--specverify-samples", 100, 1_000_000, " (fewer runs cannot resolve a distribution)"), default=None,
-        help="seeded runs the sampling-distribution check starts each part with (it adds up to 3x more until its named "
-             "effects are seen with power 0.99; None: start at 200) and proposals in the draft-sampling check "
-             "(None: 800). Default: %(default)r")
-    add("--specverify-context", metavar="N", type=bounded("--specverify-context", 1, 1 << 16), default=Settings.context,
-        help="tokens the long-context check fills the context with (at most the port's max_context). "
-             "Default: %(default)r")
-    add("--specverify-require-device", action="store_true", default=False,
-        help="error (instead of skip) when a 'device' test finds no NPU; nox -s device passes it. Default: %(default)r")
+    for flag, (field, kw) in OPTIONS.items():
+        kw = dict(kw, dest=field_dest(flag), default=None)
+        kw["help"] = f"{kw['help']}. Default: {Settings.default(field)!r}".replace("%", "%%")
+        g.addoption(flag, **kw)
     parser.addini("specverify_tolerance", type="linelist", default=[],
                   help="a declared tolerance profile, one 'key = value' a line (name, base, atol, rtol, <kind>.atol, "
                        "<kind>.rtol, tie_margin, kl_max, logprob_max); overrides the port's, not --specverify-profile")
@@ -96,6 +90,11 @@ def pytest_addoption(parser):
                   help="the project uses specverify in every test: print its header and gate every 'device' test on "
                        "the NPU (without it the plugin acts only in tests that use its fixtures, or when a "
                        "--specverify-* option is given)")
+
+
+def field_dest(flag: str) -> str:
+    """The option's dest on pytest's namespace (``--specverify-row-set`` -> ``specverify_row_set``)."""
+    return flag.lstrip("-").replace("-", "_")
 
 
 def pytest_addhooks(pluginmanager):
@@ -109,16 +108,12 @@ def pytest_configure(config):
     for name, line in MARKERS.items():
         if name not in own:  # the project's own registration of the name stands
             config.addinivalue_line("markers", line)
-    opt = config.getoption
-    config.stash[ACTIVE] = bool(getattr(config.option, EXPLICIT, False) or config.getini("specverify"))
+    given = {field: config.getoption(field_dest(flag)) for flag, (field, _) in OPTIONS.items()}
+    config.stash[ACTIVE] = any(v is not None for v in given.values()) or bool(config.getini("specverify"))
+    settings = Settings.from_options(given)
     if config.stash[ACTIVE]:
-        _check_names(opt("specverify_port"), opt("specverify_profile"))
-    config.stash[SETTINGS] = Settings(
-        port=opt("specverify_port"), model=opt("specverify_model"), backend=opt("specverify_backend"), row_set=opt("specverify_row_set"),
-        prompt_set=opt("specverify_prompts"), num_prompts=opt("specverify_num_prompts"), k_values=tuple(opt("specverify_k")),
-        profile=opt("specverify_profile"), seed=opt("specverify_seed"), samples=opt("specverify_samples"),
-        context=opt("specverify_context"), require_device=opt("specverify_require_device"),
-    )
+        _check_names(settings.port, settings.profile)
+    config.stash[SETTINGS] = settings
 
 
 def _check_names(port: str, profile_name: str | None) -> None:
@@ -355,7 +350,7 @@ def _run(request, fn, *args, **kwargs):
     __tracebackhide__ = True
     import warnings
 
-    from .compare import measuring
+    from .measure import measuring
     from .protocol import NotSupported
 
     with measuring() as m:
@@ -389,70 +384,3 @@ def specverify(request, specverify_port, specverify_tolerance, specverify_settin
 
     return Verifier(specverify_port, specverify_tolerance, specverify_settings, specverify_seed,
                     run=functools.partial(_run, request))
-
-
-# The check_* fixtures: the methods of ``specverify`` under their older names (same keywords and defaults).
-@pytest.fixture
-def check_commit_equivalence(specverify):
-    """``specverify.commit_equivalence(prompt_ids, k_values=None, paths=None)``."""
-    return specverify.commit_equivalence
-
-
-@pytest.fixture
-def check_greedy_identity(specverify):
-    """``specverify.greedy_identity(prompt_ids, draft=None, *, k=None, max_new_tokens=None)``."""
-    return specverify.greedy_identity
-
-
-@pytest.fixture
-def check_forced_acceptance(specverify):
-    """``specverify.forced_acceptance(prompt_ids, k=None, pattern=None, commit_path=None)``."""
-    return specverify.forced_acceptance
-
-
-@pytest.fixture
-def check_self_draft(specverify):
-    """``specverify.self_draft(prompt_ids, k=None, max_new_tokens=None)``."""
-    return specverify.self_draft
-
-
-@pytest.fixture
-def check_replay(specverify):
-    """``specverify.replay(prompt_ids, k_values=None)``."""
-    return specverify.replay
-
-
-@pytest.fixture
-def check_sampling(specverify):
-    """``specverify.sampling(prompt_ids, samples=None, temperature=1.0)``."""
-    return specverify.sampling
-
-
-@pytest.fixture
-def check_draft_sampling(specverify):
-    """``specverify.draft_sampling(prompt_ids, samples=None, k=None, temperature=1.0)``."""
-    return specverify.draft_sampling
-
-
-@pytest.fixture
-def check_fuzz(specverify):
-    """``specverify.fuzz(prompt_ids, k_max=None, max_examples=15, steps=8)``."""
-    return specverify.fuzz
-
-
-@pytest.fixture
-def check_prefill_consistency(specverify):
-    """``specverify.prefill_consistency(prompt_ids, max_new_tokens=None, temperature=1.0)``."""
-    return specverify.prefill_consistency
-
-
-@pytest.fixture
-def check_long_context(specverify):
-    """``specverify.long_context(prompt_ids, length=None, k=None)``."""
-    return specverify.long_context
-
-
-@pytest.fixture
-def check_draft_consistency(specverify):
-    """``specverify.draft_consistency(prompt_ids, k=None, max_new_tokens=None, commit_path=None)``."""
-    return specverify.draft_consistency

@@ -15,7 +15,7 @@ State contract (the one every check leans on)::
     port.state_arrays(st)             # every live array by name: {"layer.0.keys": ndarray, ...}
 
 Returned logits, taps, draft proposals and state arrays may be views of a buffer the port's next call overwrites
-(zero-copy outputs): every check drives the port through ``compare.owned_outputs``, which copies them.
+(zero-copy outputs): every check drives the port through ``owned.owned_outputs``, which copies them.
 
 Draft contract (``DraftLike``, the engine's): ``new_state()``; ``append_context(dstate, taps)`` with
 the target's taps of every *committed* row, in order; ``propose(dstate, anchor, n, *, temperature,
@@ -88,8 +88,16 @@ class SpecPort(Protocol):
     (``long_context.context_length``).
 
     Attributes: ``name`` (shown in reports), ``vocab_size``, ``tolerance`` (the name of the port's
-    declared tolerance profile, see ``tolerance.PROFILES``), ``commit_paths`` (the commit paths it
-    implements; ``"replay"`` among them enables the replay check).
+    declared tolerance profile, see ``tolerance.PROFILES``, or a ``Tolerance``), ``commit_paths`` (the commit
+    paths it implements; paths named ``"keep"`` and ``"replay"`` enable the replay check, which otherwise is a
+    skip saying so).
+
+    Optional: ``close(state) -> None``: the battery calls it once for every state it obtained from
+    ``new_state()``, when the check that made it is done (pass or fail), so a native engine can free the
+    context behind it; a port without it is left alone. ``reference_path``: the checkpoint folder of the model
+    the port computes (the reference-agreement check loads it on the engine's float32 reference backend;
+    ``--specverify-reference`` overrides it). ``draft_may_never_match = True``: the port's own draft may get
+    nothing accepted over the prompt set (greedy identity's power check is then a skip that says so).
     """
 
     name: str

@@ -1,4 +1,4 @@
-"""Decode vs re-prefill consistency (SGLang's KL replay check, verification.md "must do" 10).
+"""Decode vs re-prefill consistency (the KL check SGLang runs between its decode and a re-prefill).
 
 Decode ``max_new_tokens`` tokens one ``step`` at a time from ``prefill(prompt)``, sampling at
 ``temperature`` (seeded) so the path leaves the greedy one; then prefill ``prompt + output`` in one pass
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .checks import CheckReport
-from .compare import SpecVerifyFailure, owned_outputs
+from .failure import SpecVerifyFailure, bound_text
+from .owned import owned_outputs
+from .report import CheckReport
 from .stats import log_softmax, softmax
 from .tolerance import Tolerance
 
@@ -67,4 +68,7 @@ def decode_prefill_consistency(port, prompt: Sequence[int], *, max_new_tokens: i
         f"{lp_pre[first]:.6g} by prefill, {lp_dec[first]:.6g} by decode; prompt {len(prompt)} tokens, sampled at "
         f"T={temperature}, seed {seed}\n"
         f"  look at what prefill does differently from step: positions / RoPE offset, the causal mask, the "
-        f"conv / recurrent state or KV rows it leaves for the next step, a chunked path")
+        f"conv / recurrent state or KV rows it leaves for the next step, a chunked path\n  "
+        + (bound_text(abs(r[worst]), f"logprob_max={tol.logprob_max:g}", "max |dlogprob|", tol.name, False)
+           if abs(r[worst]) > tol.logprob_max else
+           bound_text(k3, f"kl_max={tol.kl_max:g}", "k3 KL", tol.name, False)))

@@ -1,9 +1,15 @@
-"""The run's specverify settings, read once from the command line (no pytest import)."""
+"""The run's specverify settings, read once from the command line (no pytest import).
+
+Every default lives here, in :class:`Settings`: the command-line options default to None (as Hypothesis'
+do), so "not given" is visible, and :meth:`Settings.from_options` fills in what was not given.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import zlib
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from .device_gate import DeviceStatus
 
@@ -57,7 +63,22 @@ class Settings:
     max_new_tokens: int = 24
     context: int = 320  # long_context fills the context to this many tokens (past 128 and 256)
     require_device: bool = False
+    reference: str | None = None  # an HF checkpoint folder the reference-agreement check loads (None: the port's)
     device: DeviceStatus | None = field(default=None)
+
+    @classmethod
+    def from_options(cls, given: Mapping[str, Any]) -> "Settings":
+        """The settings from ``{field: value}`` (the options as parsed); a None value keeps the default."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise TypeError(f"Settings has no field(s) {unknown}; known: {sorted(names)}")
+        return cls(**{k: v for k, v in given.items() if v is not None})
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of one field (what --help shows)."""
+        return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
     def test_seed(self, nodeid: str) -> int:
         """The per-test seed: ``--specverify-seed + crc32(nodeid)`` (order-independent, xdist-safe)."""

@@ -220,3 +220,12 @@ def directional_fit(label: str, groups: dict, g, alpha: float, *, alternative: d
     if alternative is not None:
         power = normal_power(shift / math.sqrt(var), limit) if var > 0 else 0.0
     return DirectionResult(label, n, z, limit, effect, power)
+
+
+def poisson_sf(r: int, mean: float) -> float:
+    """P(X >= r) for X ~ Poisson(mean)."""
+    term = cdf = math.exp(-mean)
+    for i in range(1, r):
+        term *= mean / i
+        cdf += term
+    return max(0.0, 1.0 - cdf) if r > 0 else 1.0

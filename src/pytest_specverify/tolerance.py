@@ -22,6 +22,18 @@ from typing import Iterable, Mapping
 
 
 @dataclass(frozen=True)
+class Judgement:
+    """One comparison, judged once: ``max_diff`` = max |a - b|, ``share`` = the largest
+    |a - b| / (atol + rtol |b|) (0 when equal; inf for an exact profile with any difference or for a NaN),
+    ``within`` the verdict, ``bound`` the bound in words ("bitwise" or "atol=.. rtol=..")."""
+
+    max_diff: float
+    share: float
+    within: bool
+    bound: str
+
+
+@dataclass(frozen=True)
 class Tolerance:
     """``atol``/``rtol`` bound every state array and logit row (``|a-b| <= atol + rtol*|b|``);
     ``kinds`` overrides them per kind of array: ``"logits"``, ``"taps"`` or an fnmatch pattern over a
@@ -43,6 +55,17 @@ class Tolerance:
     logprob_max: float = 1e-3
     kinds: tuple[tuple[str, float, float], ...] = field(default=())
     source: str = "shipped profile"
+    # (atol, rtol) of the port's logits against the float32 reference model (the reference-agreement check),
+    # for a port whose own claims are exact but whose numbers are not the reference's (int8 GEMMs, fp16);
+    # None: the profile's own bound for the kind "reference" (bitwise for an exact profile)
+    reference: tuple[float, float] | None = None
+
+    def for_reference(self) -> "Tolerance":
+        """The profile the reference-agreement check judges with (``reference`` bounds, when declared)."""
+        if self.reference is None:
+            return self
+        atol, rtol = self.reference
+        return replace(self, exact=False, atol=atol, rtol=rtol, kinds=(), name=f"{self.name} (reference bound)")
 
     def bounds(self, kind: str | None = None) -> tuple[float, float]:
         """(atol, rtol) for one kind of array (a state array's name, ``"logits"`` or ``"taps"``)."""
@@ -81,6 +104,17 @@ class Tolerance:
             share = np.where(diff == 0, 0.0, diff / bound)
         return worst, float(np.nanmax(share))
 
+    def judge(self, a, b, kind: str | None = None) -> Judgement:
+        """:meth:`close` and :meth:`excess` in one pass (what ``compare`` asks); shapes must match."""
+        import numpy as np
+
+        a, b = np.asarray(a), np.asarray(b)
+        within = self.close(a, b, kind)
+        diff, share = self.excess(a, b, kind)
+        if not within and not share > 1:  # NaN: allclose refuses it, the share does not show it
+            share = float("inf")
+        return Judgement(diff, share, within, "bitwise" if self.exact else self.describe(kind))
+
     def describe(self, kind: str | None = None) -> str:
         if self.exact:
             return "bitwise"
@@ -92,7 +126,9 @@ class Tolerance:
 
     def summary(self) -> str:
         """One line for the header: name, where it came from, every bound."""
-        return f"{self.name} ({self.source}): {self.describe()} kl_max={self.kl_max:g} logprob_max={self.logprob_max:g}"
+        ref = "" if self.reference is None else f" reference:atol={self.reference[0]:g},rtol={self.reference[1]:g}"
+        return (f"{self.name} ({self.source}): {self.describe()}{ref} kl_max={self.kl_max:g} "
+                f"logprob_max={self.logprob_max:g}")
 
 
 PROFILES: dict[str, Tolerance] = {

@@ -139,7 +139,8 @@ class MlxLmPort(ReferenceLoops):
         self.name = name
         self.vocab_size = int(self.lm.args.vocab_size)
         self.draft_seed = draft_seed
-        self.reference = reference  # the HF folder the weights came from
+        self.reference_path = reference  # the HF folder the weights came from (the reference-agreement check reads it)
+        self.draft_may_never_match = True  # its n-gram draft proposes from the context: random tiny models never repeat
 
     # -- target ------------------------------------------------------------------------------------
     def new_state(self) -> MlxState:

@@ -14,11 +14,13 @@ replay check then compares keep with replay itself and skips only the port's own
 """
 from __future__ import annotations
 
+import warnings
 from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..protocol import NotSupported, Rows
+from .shallow import ShallowSnapshotWarning, changed, fingerprint
 
 PATHS = ("keep", "replay")
 
@@ -81,9 +83,23 @@ class SnapshotCommit(metaclass=ABCMeta):
     def verify(self, state, tokens: Sequence[int], *, path: str) -> Rows:
         check_verify(self, state, path)
         snap = self.snapshot(state)
+        audit = self._audit_left() and fingerprint(snap)
         out = self.forward(state, list(tokens))
+        if audit and changed(snap, audit):
+            bad = changed(snap, audit)
+            warnings.warn(ShallowSnapshotWarning(
+                f"port {getattr(self, 'name', self)!r}: its snapshot changed while the verify ran ({', '.join(bad[:3])}"
+                f"{' ...' if len(bad) > 3 else ''}): snapshot() shares arrays the forward pass updates in place, so a "
+                f"rollback restores nothing; copy them (np.array(a, copy=True), tensor.clone())"), stacklevel=2)
         state.pending = Pending(snap, [int(t) for t in tokens])
         return out
+
+    AUDITS = 3  # snapshots fingerprinted per port (hashing every array of every verify would cost a pass)
+
+    def _audit_left(self) -> bool:
+        left = self.__dict__.get("_specverify_audits", self.AUDITS)
+        self.__dict__["_specverify_audits"] = max(left - 1, 0)
+        return left > 0
 
     def commit(self, state, accepted_rows: int, *, path: str, replay_check: bool = False) -> None:
         pend = take_pending(state, accepted_rows)
