@@ -40,6 +40,8 @@ class OwnedOutputs:
         ledger = _LEDGER.get()
         if ledger is not None:
             ledger.append(state)
+            if len(ledger) > SWEEP_AT:
+                _close_unheld(self._port, ledger)
         return state
 
     def _rows(self, rows):
@@ -68,6 +70,39 @@ def owned_outputs(port):
 def unwrapped(port):
     """The port itself, under the :func:`owned_outputs` wrapper if it is one."""
     return port._port if isinstance(port, OwnedOutputs) else port
+
+
+SWEEP_AT = 16  # ledgered states past this count are swept for the ones nothing else holds any more
+
+
+def _close_unheld(port, ledger: list) -> None:
+    """Close (once) and drop the ledger's states that nothing but the ledger holds: the check is done with
+    them. Without this a check that goes through hundreds of states (the sampling rounds) held every one
+    alive to its end, each a native context (a llama.cpp check reached 20 GB). Refcounts are CPython's."""
+    import sys
+
+    close = getattr(port, "close", None)
+    for i in range(len(ledger) - 1, -1, -1):
+        state = ledger[i]
+        if sys.getrefcount(state) <= 3:  # the ledger's entry, this name, getrefcount's argument
+            del ledger[i]
+            if close is not None:
+                close(state)
+        del state
+
+
+def release(port, state) -> None:
+    """A state the check is done with before its block ends: closed now and dropped from the ledger, so a
+    check that goes through many states (the sampling rounds) never holds them all alive at once."""
+    ledger = _LEDGER.get()
+    if ledger is not None:
+        for i, s in enumerate(ledger):
+            if s is state:
+                del ledger[i]
+                break
+    close = getattr(unwrapped(port), "close", None)
+    if close is not None:
+        close(state)
 
 
 @contextmanager

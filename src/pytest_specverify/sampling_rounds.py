@@ -26,6 +26,7 @@ from .checks import check_bookkeeping
 from .controlled import controlled_q
 from .drafts import ContextState, Proposal
 from .failure import SpecVerifyFailure
+from .owned import release
 from .stats import conditional_fit, poisson_sf, softmax
 
 TV_EFFECT = 0.02  # the named effect: p off by this total variation at one position of a round
@@ -81,6 +82,8 @@ class RoundDraft:
         if self._text == text[:-1]:
             logits = self.port.step(self._st, text[-1]).logits
         else:
+            if self._st is not None:
+                release(self.port, self._st)  # rebuilt from scratch: the old one is done (a native context each)
             self._st = self.port.new_state()
             logits = self.port.prefill(self._st, list(text)).logits
         st = self._st

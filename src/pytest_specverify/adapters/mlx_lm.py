@@ -20,13 +20,14 @@ agree bit for bit (measured: the battery green with ``exact`` on seeds 0..3, Qwe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from ..helpers.loop import ReferenceLoops
 from ..helpers.ngram import NgramDraft
 from ..helpers.snapshot import check_verify, take_pending
 from ..protocol import NotSupported, PortOptions, Rows, byte_encode
+from ..tolerance import profile
 
 PATHS = ("keep", "replay")
 TINY = ("tiny-qwen3_5", "tiny-qwen3_next")
@@ -131,7 +132,9 @@ class MlxLmPort(ReferenceLoops):
     """mlx-lm's own speculative loop rewinds with trim_prompt_cache (see the module docstring): the loops are the reference ones."""
 
     commit_paths = PATHS
-    tolerance = "exact"
+    # bitwise within itself (mlx-cpu's BLAS sums in one order for any row count); against the engine's float32
+    # reference model it rounds otherwise: measured max |diff| 3e-5 in logits (seeds 0-3), bound 2e-4
+    tolerance = replace(profile("exact"), name="exact+mlx", source="declared by the mlx-lm adapter", reference=(2e-4, 1e-4))
 
     def __init__(self, model, *, name: str = "mlx-lm", draft_seed: int = 0, reference: str | None = None):
         self.model = model

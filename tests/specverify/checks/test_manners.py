@@ -32,11 +32,11 @@ class CountingPort(Qwen3Port):
 
     def new_state(self):
         st = super().new_state()
-        self.opened.append(id(st))
+        self.opened.append(st)  # held: a state nothing holds is closed early (owned._close_unheld), its id reused
         return st
 
     def close(self, state):
-        self.closed.append(id(state))
+        self.closed.append(state)
 
 
 @pytest.mark.parametrize("method, args", [
@@ -52,10 +52,10 @@ def test_the_battery_closes_every_state_it_opened_once(method, args):
     except SpecVerifyFailure:
         pass  # a failure closes its states too (sampling with 100 runs may lack power)
     # the port's own loops make states of their own (plain generate): those the check never saw
-    assert port.closed and len(port.closed) == len(set(port.closed)), method
-    assert set(port.closed) <= set(port.opened)
-    seen = [i for i in port.opened if i in set(port.closed)]
-    assert len(seen) == len(port.closed)
+    closed = [id(s) for s in port.closed]
+    assert closed and len(closed) == len(set(closed)), method
+    opened = {id(s) for s in port.opened}
+    assert set(closed) <= opened
 
 
 def test_a_state_is_closed_when_the_check_fails_too():
@@ -132,3 +132,18 @@ def test_a_deep_snapshot_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ShallowSnapshotWarning)
         port.verify(st, [1, 2, 3], path="keep")
+
+
+def test_a_state_the_check_drops_is_closed_before_the_check_ends():
+    """The sweep: a check that goes through many states closes those nothing holds any more as it goes."""
+    from pytest_specverify.owned import closing_states, owned_outputs
+
+    port = Qwen3Port()
+    closed = []
+    port.close = closed.append
+    wrapped = owned_outputs(port)
+    with closing_states(port):
+        for _ in range(40):
+            wrapped.new_state()  # dropped at once
+        assert len(closed) >= 20  # closed while the block still runs
+    assert len(closed) == 40 and len({id(s) for s in closed}) <= 40

@@ -13,6 +13,7 @@ from pathlib import Path
 from .blob import Layout
 
 SEQ = 0  # the one sequence of every context
+MAX_FREE = 4  # idle contexts a model keeps for reuse
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,12 @@ class Model:
         return self._free.pop() if self._free else Context(self)
 
     def release(self, ctx: Context) -> None:
+        """A context back to the pool, or freed when the pool already holds MAX_FREE: a check that once held many
+        states at a time (hundreds of sampling runs) must not keep a context of each (~100s of MB) for good."""
         if ctx.ctx:
+            if len(self._free) >= MAX_FREE:
+                ctx.free()
+                return
             ctx.clear()
             self._free.append(ctx)
 
