@@ -147,26 +147,9 @@ def test_norm_and_silu_mul_twins_agree(d):
     assert a.shape == b.shape == (R, d) and np.max(np.abs(a - b)) <= SILU_RTOL * np.max(np.abs(a))
 
 
-@numba_only
-def test_the_thread_count_changes_no_bit():
-    """``use_threads``: the compiled table spreads a call's delta-net heads over threads, the same bits on
-    1, 2 or 64 (numba caps it at its own count); the numpy table ignores it."""
-    gdn, proj, st0 = _gdn_case(11, R, 4, 4)
-    outs = []
-    try:
-        for threads in (1, 2, 64):
-            NUMBA_OPS.use_threads(threads)
-            st = st0.copy()
-            outs.append((NUMBA_OPS.gdn_rows(proj, R, st, gdn.params, None), st.conv, st.recurrent))
-    finally:
-        NUMBA_OPS.use_threads(1)
-    assert all(np.array_equal(a, b) for o in outs[1:] for a, b in zip(outs[0], o))
-    assert NUMPY_OPS.use_threads(8) is None
-
-
 PINNED = {"norm": test_norm_and_silu_mul_twins_agree, "silu_mul": test_norm_and_silu_mul_twins_agree,
           "gdn_rows": test_gdn_rows_twins_agree, "gdn_replay": test_gdn_replay_twins_agree,
-          "attention_rows": test_attention_rows_twins_agree, "use_threads": test_the_thread_count_changes_no_bit}
+          "attention_rows": test_attention_rows_twins_agree}
 
 
 def test_every_op_of_the_table_has_a_twin_test():

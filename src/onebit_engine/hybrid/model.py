@@ -96,7 +96,6 @@ class Target:
 
     def commit(self, state: TargetState, accepted_rows: int, *, path: str = "keep", replay_check: bool = False) -> None:
         """Keep the first ``accepted_rows`` rows of the last verify (see ``commit.py``)."""
-        self._share_threads()
         mixers = {i: layer.mixer for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"}
         commit_verify(mixers, state, accepted_rows, path=path, replay_check=replay_check)
 
@@ -132,13 +131,7 @@ class Target:
         # Linear runs the product in row sets (padding them where the backend needs it), the norm is per row
         return self.lm_head(self.final_norm(np.ascontiguousarray(last_hidden, dtype=F32)))
 
-    def _share_threads(self) -> None:
-        """The op table may run its heads on as many threads as the GEMM backend has (its ``threads``, read
-        now: a caller may change it between calls); the bits do not depend on it."""
-        self.ops.use_threads(getattr(self.backend, "threads", 1))
-
     def _run(self, toks: np.ndarray, state: TargetState, head: bool = True) -> Output:
-        self._share_threads()
         cfg, rs = self.config, self.row_set
         T, L, D = len(toks), cfg.num_hidden_layers, cfg.hidden_size
         logits = np.empty((T, cfg.vocab_size if head else 0), F32)

@@ -19,7 +19,7 @@ import numpy as np
 from ..ops.attention import attend_row
 from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
-from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast, set_threads
+from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
 from ..ops.kv_cache import KVCache
 from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from ..ops.norm_fast import rms_norm_rows, silu_mul
@@ -86,8 +86,6 @@ class TargetOps:
     gdn_replay: Callable[[GDNLayerState, np.ndarray, np.ndarray, np.ndarray, GDNParams], None]
     # qkv [R, 2*H*hd + 2*HKV*hd], n, cache, position of row 0, params -> [R, H*hd]
     attention_rows: Callable[[np.ndarray, int, KVCache, int, AttentionParams], np.ndarray]
-    # how many threads the ops may use (the GEMM backend's count); the bits never depend on it
-    use_threads: Callable[[int], None]
 
 
 # -- the numpy twins ------------------------------------------------------------------------------
@@ -143,12 +141,7 @@ def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> n
     return y
 
 
-def one_thread(n: int) -> None:
-    """The numpy twins run on the calling thread (and numpy's BLAS, which the GEMM backend configures)."""
-
-
-NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy,
-                      one_thread)
+NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy)
 
 
 # -- the compiled table: thin wrappers that allocate the outputs ------------------------------------
@@ -194,8 +187,7 @@ def _owned(a: np.ndarray) -> np.ndarray:
     return np.array(a, dtype=F32, order="C")
 
 
-NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba,
-                      set_threads)  # the compiled delta rule runs a call's heads in parallel
+NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba)
 
 
 def resolve_ops(name: "str | TargetOps") -> TargetOps:
