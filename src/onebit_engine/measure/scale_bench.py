@@ -27,6 +27,7 @@ from .membw import ReadStream
 from .oracle import OracleDraft, Profile
 
 STREAM_BYTES = 1 << 30  # well past any last-level cache
+STREAM_READS = 5  # timed reads of the stream per repeat; the fastest counts
 
 
 def linears(obj, seen=None):
@@ -105,7 +106,9 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
             if kind == "stream":
                 s = streams[t]
                 s.seconds()  # one untimed pass: the pool's threads awake, the buffer's pages hot in the TLB
-                rates[(kind, t)].append(s.nbytes / s.seconds() / 1e9)
+                # a bound is the best the machine does: the fastest of a few reads (one 1 GiB read takes ~25 ms
+                # and a shared VM's single reads scatter by 20%)
+                rates[(kind, t)].append(s.nbytes / min(s.seconds() for _ in range(STREAM_READS)) / 1e9)
             elif kind == "plain":
                 res = generate(target, prompt, max_new_tokens=max_new_tokens, stop_tokens=())
                 rates[(kind, t)].append(res.tokens_per_s)
