@@ -24,6 +24,13 @@ def test_synth_writes_a_servable_pair(tmp_path, capsys):
     assert len(_json(capsys)["tokens"]) == 4
 
 
+def test_synth_says_a_small_size_in_mib(tmp_path, capsys):
+    assert main(["synth", "--shape", "qwen3.5-0.8b-shrunk", "--format", "int8", "--out", str(tmp_path / "p")]) == 0
+    said = capsys.readouterr()
+    assert " 0.0 GiB" not in said.out + said.err and " MiB" in said.out + said.err
+    assert resources.gib(3 << 30) == "3.0 GiB" and resources.gib(5 << 20) == "5.0 MiB"
+
+
 def test_synth_refuses_what_this_machine_cannot_serve(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(resources, "available_memory", lambda: 8 << 30)
     assert main(["synth", "--shape", "qwen3.6-27b", "--format", "int4", "--out", str(tmp_path / "big")]) == 2

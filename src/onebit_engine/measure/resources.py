@@ -35,7 +35,10 @@ def serve_bytes(target_bytes: int, draft_bytes: int, extra: int = 0) -> int:
 
 
 def gib(n: "int | None") -> str:
-    return "unknown" if n is None else f"{n / GIB:.1f} GiB"
+    """A size for a message: GiB from 1 GiB up, MiB below (a shrunk shape is not "0.0 GiB")."""
+    if n is None:
+        return "unknown"
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / (1 << 20):.1f} MiB"
 
 
 def last_level_cache_bytes() -> "int | None":

@@ -21,11 +21,13 @@ class OnebitPort:
     """The adapter. Bitwise by construction (batch-invariant row sets), so its profile is ``exact``."""
 
     tolerance = "exact"
-    commit_paths = ("keep", "replay", "checkpoint")
     min_k = 1  # the engine's loop refuses k < 1 (ConfigError): the battery's k = 0 loop check is a visible skip
 
     def __init__(self, target, *, name: str = "onebit", draft_seed: int = 0, draft=None, tokenizer=None,
                  reference_path=None, tolerance=None):
+        from onebit_engine.hybrid.commit import COMMIT_PATHS  # the engine's own list: a new path is tested here too
+
+        self.commit_paths = COMMIT_PATHS
         self.target = target
         self.reference_path = reference_path  # the checkpoint folder (the reference-agreement check loads it)
         if tolerance is not None:

@@ -109,6 +109,16 @@ def test_header_names_port_backend_row_set_seed_and_device(sv_pytester):
     ])
 
 
+def test_header_leaves_out_the_absent_npu_for_a_port_that_cannot_use_one(sv_pytester):
+    # a transformers run has no device tests: "absent: install amdxdna-dkms" there would send a user astray
+    sv_pytester.makepyfile("def test_ok(): pass")
+    result = sv_pytester.runpytest("--specverify-port", "transformers")
+    result.stdout.fnmatch_lines(["specverify: port=transformers *"])
+    assert "specverify device" not in result.stdout.str()
+    required = sv_pytester.runpytest("--specverify-port", "transformers", "--specverify-require-device")
+    assert "specverify device: absent" in required.stdout.str()
+
+
 def test_each_test_gets_seed_plus_crc32_of_its_nodeid(sv_pytester):
     sv_pytester.makepyfile("""
 import zlib
