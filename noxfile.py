@@ -75,7 +75,8 @@ def bench_scale(session: nox.Session) -> None:
     session.install("--upgrade", "pip")
     session.install("-e", ".[fast,cli]")
     # BLAS and numba at one thread as everywhere: the GEMM backend's own pool takes the cores each row asks for
-    session.run("python", "tools/scale_report.py", "--write", "docs/benchmarks.md", *session.posargs, env=ONE_THREAD)
+    session.run("python", "tools/scale_report.py", "--write", "docs/benchmarks.md", "--write-regime", "docs/loop.md",
+                *session.posargs, env=ONE_THREAD)
 
 
 @nox.session(python="3.11", default=False, tags=["device"])

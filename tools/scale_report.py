@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- scale:begin (tools/scale_report.py writes this section) -->", "<!-- scale:end -->"
+REGIME_BEGIN, REGIME_END = "<!-- regime:begin (tools/scale_report.py writes this table) -->", "<!-- regime:end -->"
 BENCH = {
     "27b": ["--shape", "qwen3.6-27b", "--format", "int4", "--acceptance", "0.8", "--k", "7"],
     "27b-seed": ["--shape", "qwen3.6-27b", "--format", "int4", "--acceptance", "seed", "--k", "7"],
@@ -81,11 +82,21 @@ def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: 
             text = _run(onebit + ["bench", *BENCH[row], "--cache", str(cache), "--repeats", str(repeats),
                                   "--max-new-tokens", str(tokens), "--json"], log)
             doc = json.loads(text)
-        doc["wall_seconds"] = time.time() - t0
+        doc["wall_seconds"], doc["cpu_model"] = time.time() - t0, cpu_model()
         (json_dir / f"{row}.json").write_text(json.dumps(doc, indent=1))
         out[row] = doc
         print(f"{row}: done in {doc['wall_seconds']:.0f} s", file=log, flush=True)
     return out
+
+
+def cpu_model() -> str:
+    """"family F model M" of /proc/cpuinfo (the vendor's name alone, "AMD EPYC", does not tell Zen 3 from Zen 5)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()[:30]
+    except OSError:
+        return "family/model unknown"
+    info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return f"family {info.get('cpu family', '?')} model {info.get('model', '?')}"
 
 
 def regime_point(hidden: int, cache: Path, repeats: int) -> dict:
@@ -134,7 +145,8 @@ def render(docs: dict) -> str:
     if any_bench:
         p = any_bench["provenance"]
         lines += [f"Measured {any_bench['time']} with `python tools/scale_report.py` (`nox -s bench-scale`), commit "
-                  f"{p['git_revision']}, on {p['host'].get('cpu')} ({p['host'].get('logical_cpus')} logical CPUs); vector "
+                  f"{p['git_revision']}, on {p['host'].get('cpu')} ({any_bench.get('cpu_model', 'family/model not recorded')}, "
+                  f"{p['host'].get('logical_cpus')} logical CPUs); vector "
                   f"flags: {' '.join(p['cpu_vector_flags'])}; host-int kernel `{p['kernel']}` ({p['kernel_set']}). Each row is "
                   f"one process; ratios are taken in that process, plain decoding and the loop interleaved in shuffled "
                   f"order. Weights are seeded random codes in the real shapes (`onebit synth`); the draft is the real "
@@ -166,31 +178,37 @@ def render(docs: dict) -> str:
         if key == "27b":
             lines.append(f"| {label} | verify(8) / plain step; draft round / plain step | **{_f(r['verify_over_plain_step'])}; "
                          f"{_f(r['draft_over_plain_step'])}** | <= 1.35; <= 0.15 |")
-    if "regime" in docs:
-        pts = docs["regime"]["points"]
-        lines += ["", "The regime map (docs/loop.md): 12-layer hybrids of growing width, int8, the loop at a = 0.8, k = 7, "
-                  "against plain decoding at its fastest, 2 threads at most.", "",
-                  "| width | int8 weights | plain tok/s (GB/s) | loop / plain | verify(8) / step | draft / step | identical |",
-                  "|---|---|---|---|---|---|---|"]
-        for q in pts:
-            lines.append(f"| {q['hidden']} | {q['weight_bytes'] / 2**20:.0f} MiB | {_f(q['plain_tokens_per_s'], 1)} "
-                         f"({_f(q['plain_stream_gb_s'], 1)}) | **{_f(q['speedup_vs_plain'])}** | {_f(q['verify_over_plain_step'])} | "
-                         f"{_f(q['draft_over_plain_step'])} | {q['identical_to_plain']} |")
-        llc = pts[0].get("last_level_cache_bytes")
-        lines.append(f"\nThe CPU's last-level cache: {llc / 2**20:.0f} MiB." if llc else "")
     if "kernel" in docs:
         d = docs["kernel"]
         lines.append(f"| int8 4096 x 4096 kernel, 1 thread, cold weights | 8 rows / 1 row | **{_f(d.get('int8_t1_r8_over_r1'))}** | <= 1.30 |")
+    if "regime" in docs:
+        lines += ["", regime_table(docs["regime"]["points"])]
     lines += ["", "Per-phase milliseconds, peak RSS and every other figure of each row are in its JSON "
               "(`onebit bench --shape ... --json`; the script keeps them under `.bench/scale/`).", END]
     return "\n".join(lines) + "\n"
 
 
-def write(page: Path, section: str) -> None:
+def regime_table(pts: list) -> str:
+    """The regime map: docs/loop.md carries it too (between its regime markers)."""
+    lines = ["The regime map: 12-layer hybrids of growing width, int8, the loop at a = 0.8, k = 7, against plain "
+             "decoding at its fastest, 2 threads at most (`python tools/scale_report.py --rows regime`).", "",
+             "| width | int8 weights | plain tok/s (GB/s) | loop / plain | verify(8) / step | draft / step | identical |",
+             "|---|---|---|---|---|---|---|"]
+    for q in pts:
+        lines.append(f"| {q['hidden']} | {q['weight_bytes'] / 2**20:.0f} MiB | {_f(q['plain_tokens_per_s'], 1)} "
+                     f"({_f(q['plain_stream_gb_s'], 1)}) | **{_f(q['speedup_vs_plain'])}** | {_f(q['verify_over_plain_step'])} | "
+                     f"{_f(q['draft_over_plain_step'])} | {q['identical_to_plain']} |")
+    llc = pts[0].get("last_level_cache_bytes") if pts else None
+    if llc:
+        lines += ["", f"The CPU's last-level cache: {llc / 2**20:.0f} MiB."]
+    return "\n".join(lines)
+
+
+def write(page: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
     text = page.read_text() if page.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section.rstrip("\n") + rest.split(END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section.rstrip("\n") + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section
     page.write_text(text)
@@ -204,6 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--write", metavar="PAGE", help="put the table into this Markdown page (between its scale markers)")
+    ap.add_argument("--write-regime", metavar="PAGE", help="put the regime map into this page too (between its regime markers)")
     ap.add_argument("--from-json", action="store_true", help="render the JSON already in --json-dir, measure nothing")
     ap.add_argument("--regime-point", type=int, metavar="HIDDEN", help=argparse.SUPPRESS)  # one regime point, in this process
     args = ap.parse_args(argv)
@@ -223,6 +242,11 @@ def main(argv=None) -> int:
     print(section)
     if args.write:
         write(Path(args.write), section)
+    if args.write_regime and "regime" in docs:
+        page = Path(args.write_regime)
+        if REGIME_BEGIN not in page.read_text():
+            raise SystemExit(f"{page} has no {REGIME_BEGIN} marker: put one (and {REGIME_END}) where the regime map goes")
+        write(page, "\n".join([REGIME_BEGIN, regime_table(docs["regime"]["points"]), REGIME_END]), REGIME_BEGIN, REGIME_END)
     return 0
 
 
