@@ -104,7 +104,7 @@ class Regime:
         where = f"this CPU's {mib(self.cache.size)} L{self.cache.level} cache"
         if self.in_cache:
             return (f"the weights ({w}) fit in {where}, so a step is bound by compute, not memory bandwidth: each "
-                    f"verify row costs its own compute, and verifying k+1 rows costs about k+1 plain steps")
+                    f"verify row costs its own compute, and verifying k+1 rows costs up to about k+1 plain steps")
         return (f"the weights ({w}) do not fit in {where}, so a step is bound by reading them from memory: the "
                 f"extra rows of a verify ride along with that one read")
 

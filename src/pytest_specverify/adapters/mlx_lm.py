@@ -133,8 +133,10 @@ class MlxLmPort(ReferenceLoops):
 
     commit_paths = PATHS
     # bitwise within itself (mlx-cpu's BLAS sums in one order for any row count); against the engine's float32
-    # reference model it rounds otherwise: measured max |diff| 3e-5 in logits (seeds 0-3), bound 2e-4
-    tolerance = replace(profile("exact"), name="exact+mlx", source="declared by the mlx-lm adapter", reference=(2e-4, 1e-4))
+    # reference model it rounds otherwise: measured max |diff| in logits over seeds 0-3 3e-5 on a Zen 5 but 3.6e-4 on
+    # a Zen 3 (AVX2; seed 1, one position of a 53-token prefill). These tiny random models amplify rounding along a
+    # prompt: the engine's own numpy and numba op tables differ by up to 5.4e-4 on 56-token prompts there. Bound 8e-4.
+    tolerance = replace(profile("exact"), name="exact+mlx", source="declared by the mlx-lm adapter", reference=(8e-4, 1e-4))
 
     def __init__(self, model, *, name: str = "mlx-lm", draft_seed: int = 0, reference: str | None = None):
         self.model = model

@@ -39,8 +39,12 @@ ZERO_ROW_KEEPS = ("restore", "seq_rm")
 #: of rows and one row sum in different orders in ggml's CPU matmul; the fuzz's long sequences measure the most).
 #: The bounds sit 3-5x above. The port agrees with transformers on the same checkpoint to ~4e-5 in logits
 #: (tests/specverify/adapters/test_llama_cpp_port.py). Positions (``kv.positions``) are integers: any difference fails.
+#: Against the engine's float32 reference (the reference-agreement check, prompts up to 59 tokens) ggml's AVX2 build
+#: on a Zen 3 measured at most 3.4e-4 (seed 0, one position of a 53-token prefill; seeds 1-3: 2.5e-4, 1.0e-4,
+#: 5.8e-5), more than the AVX-512 build of a Zen 5, which passed 3e-4: the reference bound is 8e-4, still well
+#: under what a conversion mistake moves (2e-3 and more: the transformers-agreement test's broken variants).
 FP32 = declared(name="llama.cpp-fp32", atol=3e-4, rtol=1e-4, tie_margin=1e-3,
-                kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4)})
+                kinds={"logits": (5e-4, 1e-4), "taps": (5e-4, 1e-4), "reference": (8e-4, 1e-4)})
 
 
 @dataclass
