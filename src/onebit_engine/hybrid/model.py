@@ -26,7 +26,7 @@ from ..quant.table import RowTable
 from .commit import COMMIT_PATHS, commit_verify
 from .config import TargetConfig
 from .layers import DecoderLayer
-from .ops import TargetOps, on_backend, resolve_ops
+from .ops import TargetOps, resolve_ops
 from .state import TargetState, VerifyRecord
 from .weights import check_and_map
 
@@ -52,8 +52,8 @@ class Target:
         if not isinstance(row_set, int) or row_set < 1:
             raise ConfigError(f"row_set must be a positive integer, got {row_set!r}")
         self.config, self.row_set = config, row_set
+        self.ops = resolve_ops(ops)
         self.backend = get_backend(backend)
-        self.ops = on_backend(resolve_ops(ops), self.backend)
         self.row_invariant = bool(getattr(self.backend, "row_invariant", False))
         lin = lambda name: Linear.from_weight(weights[name], self.backend, row_set, name)  # noqa: E731
         fused = lambda names: Linear.fused([weights[n] for n in names], self.backend, row_set, "+".join(names))  # noqa: E731

@@ -11,8 +11,7 @@ both tables. Math: docs/model-math.md.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 from ..ops.attention import attend_row
 from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
-from ..ops.gated_delta_fast import gdn_mixer_out, gdn_mixer_prep, gdn_mixer_rows, gdn_replay_fast, gdn_replay_prep
+from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
 from ..ops.kv_cache import KVCache
 from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from ..ops.norm_fast import rms_norm_rows, silu_mul
@@ -189,48 +188,6 @@ def _owned(a: np.ndarray) -> np.ndarray:
 
 
 NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba)
-
-
-# -- the compiled table's delta rule on a GEMM backend's threads ----------------------------------
-def gdn_rows_pooled(run: Callable, proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None) -> np.ndarray:
-    """:func:`gdn_rows_numba` with the delta rule's heads handed to ``run`` (a backend's ``delta_heads``):
-    the conv and gates, then the heads, then the gated norm, each the compiled twin's own code."""
-    if rec is not None and rec.recurrent.shape[0]:  # the state after every row (checkpoint path): row by row
-        return gdn_rows_numba(proj, n, st, p, rec)
-    st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)
-    rec = rec if rec is not None else RecordedRows.none(st)
-    C, HV, HK = st.conv.shape[0], p.n_v_heads, p.n_k_heads
-    xs, alphas, betas = np.empty((n, C), F32), np.empty((n, HV), F32), np.empty((n, HV), F32)
-    qs, ks = np.empty((n, HK, p.dk), F32), np.empty((n, HK, p.dk), F32)
-    gdn_mixer_prep(np.ascontiguousarray(proj), n, st.conv, p.conv_weight, p.neg_A, p.dt_bias, HK, p.dk, HV, p.dv,
-                   rec.mixed, rec.alpha, rec.beta, rec.conv, xs, qs, ks, alphas, betas)
-    o = np.empty((n, HV, p.dv), F32)
-    run(st.recurrent, alphas, betas, ks, qs, xs, o, 2 * HK * p.dk)
-    out = np.empty((proj.shape[0], HV * p.dv), F32)
-    gdn_mixer_out(proj, n, o, p.norm_weight, p.eps, C, out)
-    return out
-
-
-def gdn_replay_pooled(run: Callable, st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> None:
-    """:func:`gdn_replay_numba` with the heads handed to ``run`` (the state advanced in place)."""
-    S = st.recurrent
-    if not (S.dtype == F32 and S.flags.c_contiguous and S.flags.writeable):
-        return gdn_replay_numba(st, mixed, alpha, beta, p)  # in place through a view: the compiled twin does that
-    n, HK = mixed.shape[0], p.n_k_heads
-    xs, qs, ks = np.empty((n, st.conv.shape[0]), F32), np.empty((n, HK, p.dk), F32), np.empty((n, HK, p.dk), F32)
-    gdn_replay_prep(st.conv, mixed, p.conv_weight, HK, p.dk, xs, qs, ks)
-    run(S, np.ascontiguousarray(alpha, F32), np.ascontiguousarray(beta, F32), ks, qs, xs, None, 2 * HK * p.dk)
-
-
-def on_backend(ops: TargetOps, backend) -> TargetOps:
-    """``ops`` with the delta rule's heads on the backend's own thread pool where it offers one (host-int's
-    native library, ``delta.c``: bitwise the compiled twin's ``_heads``, tests/ops/test_delta_native.py). Only
-    the compiled table changes, and it keeps its name: the same bits. Why: the recurrence runs between GEMM
-    calls, and numba's threads fought the pool's spinning workers for the cores (docs/host-int.md)."""
-    run = getattr(backend, "delta_heads", None)
-    if ops is not NUMBA_OPS or run is None:
-        return ops
-    return replace(ops, gdn_rows=partial(gdn_rows_pooled, run), gdn_replay=partial(gdn_replay_pooled, run))
 
 
 def resolve_ops(name: "str | TargetOps") -> TargetOps:

@@ -196,48 +196,6 @@ def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     return o, conv, S2
 
 
-def _mixer_prep(proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, HV, dv, rec_mixed, rec_alpha, rec_beta, ck_conv,
-                xs, qs, ks, alphas, betas):
-    """The per-row inputs of the delta rule for rows 0..n-1: the conv window advances row by row (it is
-    sequential); xs [n, C], qs, ks [n, HK, dk], alphas, betas [n, HV] are written, and rec_* / ck_conv
-    (see :func:`_mixer_rows`) when they have rows."""
-    C = conv.shape[0]
-    zd = HV * dv
-    one = np.float32(1.0)
-    for t in range(n):
-        for h in range(HV):
-            b = proj[t, C + zd + h]
-            betas[t, h] = one / (one + expf(-b))
-            a = proj[t, C + zd + HV + h] + dt_bias[h]
-            sp = a if a > np.float32(20.0) else np.float32(np.log1p(expf(a)))  # torch softplus, threshold 20
-            alphas[t, h] = expf(neg_A[h] * sp)
-        _prep(conv, proj[t, :C], w, n_k_heads, dk, xs[t], qs[t], ks[t])
-        if rec_mixed.shape[0]:
-            rec_mixed[t] = proj[t, :C]
-            rec_alpha[t] = alphas[t]
-            rec_beta[t] = betas[t]
-        if ck_conv.shape[0]:
-            ck_conv[t] = conv
-
-
-def _mixer_out(proj, n, o, norm_w, eps, C, out):
-    """The read-out o [n, HV, dv] through the gated RMSNorm into out [R, HV*dv] (rows >= n zeroed)."""
-    HV, dv = o.shape[1], o.shape[2]
-    one = np.float32(1.0)
-    for t in range(n):
-        for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
-            ss = np.float32(0.0)
-            for j in range(dv):
-                ss += o[t, h, j] * o[t, h, j]
-            inv = one / np.sqrt(ss / np.float32(dv) + eps)
-            for j in range(dv):
-                zz = proj[t, C + h * dv + j]
-                out[t, h * dv + j] = (norm_w[j] * (o[t, h, j] * inv)) * (zz * (one / (one + expf(-zz))))
-    for t in range(n, out.shape[0]):
-        for c in range(out.shape[1]):
-            out[t, c] = np.float32(0.0)
-
-
 def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
                 rec_beta, ck_conv, ck_S, out):
     """The mixer between in_proj and out_proj for rows 0..n-1 of one call; the state advances by n.
@@ -254,8 +212,10 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
     """
     C = conv.shape[0]
     HV = S.shape[0]
+    zd = HV * dv
     r = HV // n_k_heads
     v0 = 2 * n_k_heads * dk
+    one = np.float32(1.0)
     xs = np.empty((n, C), np.float32)
     qs = np.empty((n, n_k_heads, dk), np.float32)
     ks = np.empty((n, n_k_heads, dk), np.float32)
@@ -263,8 +223,20 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
     betas = np.empty((n, HV), np.float32)
     mem = np.empty(dv, np.float32)
     o = np.empty((n, HV, dv), np.float32)
-    _mixer_prep(proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, HV, dv, rec_mixed, rec_alpha, rec_beta, ck_conv,
-                xs, qs, ks, alphas, betas)
+    for t in range(n):
+        for h in range(HV):
+            b = proj[t, C + zd + h]
+            betas[t, h] = one / (one + expf(-b))
+            a = proj[t, C + zd + HV + h] + dt_bias[h]
+            sp = a if a > np.float32(20.0) else np.float32(np.log1p(expf(a)))  # torch softplus, threshold 20
+            alphas[t, h] = expf(neg_A[h] * sp)
+        _prep(conv, proj[t, :C], w, n_k_heads, dk, xs[t], qs[t], ks[t])
+        if rec_mixed.shape[0]:
+            rec_mixed[t] = proj[t, :C]
+            rec_alpha[t] = alphas[t]
+            rec_beta[t] = betas[t]
+        if ck_conv.shape[0]:
+            ck_conv[t] = conv
     if ck_S.shape[0]:  # the state after every row is wanted: row by row
         for h in range(HV):
             g = h // r  # value head h reads key head h // r
@@ -274,13 +246,18 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
                 ck_S[t, h] = S[h]
     else:
         _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True)
-    _mixer_out(proj, n, o, norm_w, eps, C, out)
-
-
-def _replay_prep(conv, mixed, w, n_k_heads, dk, xs, qs, ks):
-    """A replay's conv rows, in place: xs [n, C], qs, ks [n, HK, dk] are written."""
-    for t in range(mixed.shape[0]):
-        _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
+    for t in range(n):
+        for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
+            ss = np.float32(0.0)
+            for j in range(dv):
+                ss += o[t, h, j] * o[t, h, j]
+            inv = one / np.sqrt(ss / np.float32(dv) + eps)
+            for j in range(dv):
+                zz = proj[t, C + h * dv + j]
+                out[t, h * dv + j] = (norm_w[j] * (o[t, h, j] * inv)) * (zz * (one / (one + expf(-zz))))
+    for t in range(n, out.shape[0]):
+        for c in range(out.shape[1]):
+            out[t, c] = np.float32(0.0)
 
 
 def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
@@ -293,7 +270,8 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     xs = np.empty((n, conv.shape[0]), np.float32)
     qs = np.empty((n, n_k_heads, dk), np.float32)
     ks = np.empty((n, n_k_heads, dk), np.float32)
-    _replay_prep(conv, mixed, w, n_k_heads, dk, xs, qs, ks)
+    for t in range(n):
+        _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
     _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
 
 
@@ -305,12 +283,8 @@ if nb is not None:
     _heads = _jit(_heads)
     _token = _jit(_token)
     gdn_token_fast = _jit(_token_copy)
-    _mixer_prep = _jit(_mixer_prep)
-    _mixer_out = _jit(_mixer_out)
-    _replay_prep = _jit(_replay_prep)
     gdn_mixer_rows = _jit(_mixer_rows)
     gdn_replay_fast = _jit(_replay)
-    gdn_mixer_prep, gdn_mixer_out, gdn_replay_prep = _mixer_prep, _mixer_out, _replay_prep
 else:
-    gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = gdn_mixer_prep = gdn_mixer_out = gdn_replay_prep = None
+    gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = None
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -145,17 +145,6 @@ class HostIntBackend:
             return np.zeros((x.shape[0], packed.shape[0]), np.float32)
         return np.concatenate([self.matmul(x[r:r + int_kernels.MAX_ROWS], packed)
                                for r in range(0, x.shape[0], int_kernels.MAX_ROWS)])
-
-    @property
-    def delta_heads(self) -> "Callable[..., None] | None":
-        """The gated delta rule on this backend's thread pool at its current thread count (``native.NativeKernel
-        .delta_heads`` without ``threads``), or None without the native library. The target's op table runs its
-        delta-net heads here (``hybrid.ops.on_backend``): the recurrence between two GEMM calls then uses the
-        cores the pool's workers hold, instead of one thread or threads that fight them."""
-        lib = self._native
-        if lib is None:
-            return None
-        return lambda S, alphas, betas, ks, qs, xs, o, v0: lib.delta_heads(S, alphas, betas, ks, qs, xs, o, v0, self.threads)
 
     def describe(self) -> dict[str, Any]:
         d = {

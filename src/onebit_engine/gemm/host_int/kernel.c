@@ -121,7 +121,7 @@ int onebit_hi_path_ok(int path) {
     return 0;
 }
 
-int onebit_hi_abi_version(void) { return 4; } /* 3: tile_block, read_stream; 4: run_jobs, delta_heads */
+int onebit_hi_abi_version(void) { return 3; } /* 3: tile_block, read_stream */
 
 /* ---- the tiled product ---------------------------------------------------------------------------- */
 /* 8 channels at a time (a scalar loop was ~8% of the instructions of an 8-row call at K = 768); a partial
@@ -323,18 +323,6 @@ int onebit_hi_matmul(const hi_weight_t *W, const char *x, int64_t m, char *y, in
 /* The exact integer product of codes xq int8 [m, k] (natural order) -> acc int32 [m, n]. */
 int onebit_hi_gemm_int(const hi_weight_t *W, const int8_t *xq, int64_t m, int32_t *acc, int threads, int64_t kb) {
     return run(W, NULL, xq, m, NULL, acc, threads, kb);
-}
-
-/* ---- other work on the same pool (delta.c): njobs jobs of job_size bytes, fn on each ---------------------- */
-int onebit_hi_run_jobs(pool_fn fn, void *jobs, int64_t job_size, int njobs, int threads) {
-    if (!fn || !jobs || job_size < 1 || njobs < 0 || threads < 1) return -2;
-    if (threads == 1 || njobs < 2) {
-        for (int i = 0; i < njobs; i++) fn((char *)jobs + (size_t)i * (size_t)job_size);
-        return 0;
-    }
-    team_t team = {fn, (char *)jobs, (size_t)job_size, njobs, 0};
-    team_run(&team, threads > MAX_THREADS ? MAX_THREADS : threads);
-    return 0;
 }
 
 /* ---- the read stream: the bound of a kernel that only reads its weights ------------------------------ */

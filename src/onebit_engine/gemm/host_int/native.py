@@ -31,11 +31,11 @@ from ...errors import BackendUnavailable
 from .layout import FORMAT_IDS, PATH_IDS, TiledWeight
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c", "delta.c"))
+SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c"))
 HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
-ABI_VERSION = 4
+ABI_VERSION = 3
 _F32 = np.dtype(np.float32)
 _LOADED: "dict[str, NativeKernel]" = {}
 _ERROR: "dict[str, str]" = {}
@@ -150,9 +150,6 @@ class NativeKernel:
         lib.onebit_hi_read_stream.restype = c_int
         lib.onebit_hi_plan.argtypes = [p, i64, c_int, p]
         lib.onebit_hi_plan.restype = c_int
-        self._delta = lib.onebit_hi_delta_heads
-        self._delta.argtypes = [p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, c_int, c_int]
-        self._delta.restype = c_int
         self.data_off = _array_data_offset()
 
     def cpu_flags(self) -> dict[str, bool]:
@@ -210,27 +207,6 @@ class NativeKernel:
         if rc < 0:
             raise ValueError(f"read_stream: bad arguments (threads={threads})")
         return rc
-
-    def delta_heads(self, S: np.ndarray, alphas: np.ndarray, betas: np.ndarray, ks: np.ndarray, qs: np.ndarray,
-                    xs: np.ndarray, o: "np.ndarray | None", v0: int, threads: int) -> None:
-        """The gated delta rule for n rows, in place (``delta.c``; twin: ``ops.gated_delta_fast._heads``, bitwise).
-        Shapes: S [HV, dk, dv]; alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (value head h at columns
-        v0 + h dv); o [n, HV, dv] receives each row's read-out (None: the state only, a commit's replay). All
-        float32 C-contiguous."""
-        arrays = (S, alphas, betas, ks, qs, xs) + (() if o is None else (o,))
-        if any(a.dtype != _F32 or not a.flags.c_contiguous for a in arrays) or not S.flags.writeable:
-            raise ValueError("delta_heads takes float32 C-contiguous arrays (S writable)")
-        HV, dk, dv = S.shape
-        n, HK = ks.shape[0], ks.shape[1]
-        if alphas.shape != (n, HV) or betas.shape != (n, HV) or qs.shape != ks.shape or ks.shape[2] != dk or xs.shape[0] != n \
-                or (o is not None and o.shape != (n, HV, dv)):
-            raise ValueError(f"delta_heads: shapes do not agree (S {S.shape}, alphas {alphas.shape}, ks {ks.shape}, "
-                             f"xs {xs.shape}, o {None if o is None else o.shape})")
-        rc = self._delta(S.ctypes.data, alphas.ctypes.data, betas.ctypes.data, ks.ctypes.data, qs.ctypes.data, xs.ctypes.data,
-                         None if o is None else o.ctypes.data, n, HV, HK, dk, dv, xs.shape[1], v0, o is not None, threads)
-        if rc:
-            raise ValueError(f"delta_heads failed with code {rc} (S {S.shape}, {HK} key heads, v0={v0}, C={xs.shape[1]}, "
-                             f"threads={threads})")
 
     def gemm_int(self, xq: np.ndarray, tw: TiledWeight, threads: int, kb: int = 0) -> np.ndarray:
         """Exact int32 ``xq [m, k] @ codes.T`` for int8 C-contiguous codes, 1 <= m <= 16."""
