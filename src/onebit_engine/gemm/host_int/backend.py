@@ -26,6 +26,7 @@ from ...quant.activations import dequantize_acc, quantize_rows
 from ...quant.formats import FORMATS, QuantWeight
 from ...quant.rows import as_rows, load, quantize_source
 from . import int_kernels, native
+from .arena import TileArena
 from .layout import TiledWeight
 from ..registry import register
 
@@ -90,6 +91,7 @@ class HostIntBackend:
         if kernel == "numba" and not int_kernels.HAVE_NUMBA:
             raise ValueError("kernel 'numba' needs numba: pip install 'onebit-specverify[fast]', or use kernel='numpy'")
         self._native = native.library_for(kernel) if kernel in int_kernels.NATIVE_KERNELS else None
+        self._arena = TileArena()  # packed tiles in huge pages (arena.py)
         self.weight_format = weight_format
         self.threads = threads
         self.kernel = kernel
@@ -107,7 +109,7 @@ class HostIntBackend:
         if (src.fmt or self.weight_format) == "ternary":
             src = _TernaryChecked(src)
         if self._native is not None:
-            return TiledWeight.from_rows(src, self.kernel, self.weight_format, self._native.tile_block)
+            return TiledWeight.from_rows(src, self.kernel, self.weight_format, self._native.tile_block, self._arena.empty)
         if isinstance(weight, QuantWeight):  # the numpy / numba kernels run the file format as it is
             load(src)  # the checks above, on every block
             return weight
@@ -136,6 +138,26 @@ class HostIntBackend:
             return y
         quantize_rows(x)  # a non-finite row: raise the numpy quantizer's error, naming every bad row
         raise AssertionError("native kernel reported a non-finite row that numpy accepted")  # pragma: no cover
+
+    def matmul_many(self, xs: "list[np.ndarray]", packed: list) -> "list[np.ndarray]":
+        """``[matmul(x, p) for x, p in zip(xs, packed)]``, the same bits, on a native path in one pooled call
+        (several small products a token, like a MoE layer's experts, pay the pool's wake and join once)."""
+        if len(xs) != len(packed):
+            raise ValueError(f"matmul_many: {len(xs)} inputs for {len(packed)} weights")
+        if self._native is None or not all(
+                x.__class__ is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous and x.ndim == 2
+                and 0 < x.shape[0] <= int_kernels.MAX_ROWS and 0 < x.shape[1] == getattr(p, "shape", (0, -1))[1]
+                and getattr(p, "path", None) == self.kernel for x, p in zip(xs, packed)):
+            return [self.matmul(x, p) for x, p in zip(xs, packed)]  # the twin, and every check's message
+        out: list[np.ndarray] = []
+        for lo in range(0, len(xs), native.MAX_MANY):
+            hi = lo + native.MAX_MANY
+            ys = self._native.matmul_many(xs[lo:hi], packed[lo:hi], self.threads)
+            if ys.__class__ is not list:
+                self.matmul(xs[lo + ys], packed[lo + ys])  # raises the quantizer's error for that input
+                raise AssertionError("native kernel reported a non-finite row that numpy accepted")  # pragma: no cover
+            out += ys
+        return out
 
     def _odd_shape(self, x: np.ndarray, packed: TiledWeight) -> np.ndarray:
         """No rows, K = 0 (acc = 0, sa = 1: zeros), or more than MAX_ROWS rows (run MAX_ROWS at a time:

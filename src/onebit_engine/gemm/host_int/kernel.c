@@ -121,7 +121,7 @@ int onebit_hi_path_ok(int path) {
     return 0;
 }
 
-int onebit_hi_abi_version(void) { return 3; } /* 3: tile_block, read_stream */
+int onebit_hi_abi_version(void) { return 4; } /* 3: tile_block, read_stream; 4: matmul_many */
 
 /* ---- the tiled product ---------------------------------------------------------------------------- */
 /* 8 channels at a time (a scalar loop was ~8% of the instructions of an 8-row call at K = 768); a partial
@@ -183,10 +183,14 @@ static void run_job(void *arg) {
  * int8 / int4 / ternary at 8 rows; vnni: a guess, not measured). By bytes alone the int4 and ternary
  * layers of the medium config ran their compute-bound 8-row calls on one thread. Bits do not depend on it. */
 static const int64_t MACS_PER_BYTE[2][3] = {{4, 7, 8}, {16, 16, 16}};
-static int64_t threads_for(const job_t *j, int64_t tiles, int threads) {
+#define BYTES_PER_THREAD (256 * 1024)
+static int64_t work_of(const job_t *j, int64_t tiles) { /* in streamed bytes */
     int64_t bytes = tiles * j->w->steps * 4 * j->T, macs = bytes * j->cpb * j->m;
     int64_t work = macs / MACS_PER_BYTE[j->w->path][j->w->fmt];
-    int64_t t = (work > bytes ? work : bytes) / (256 * 1024);
+    return work > bytes ? work : bytes;
+}
+static int64_t threads_for(const job_t *j, int64_t tiles, int threads) {
+    int64_t t = work_of(j, tiles) / BYTES_PER_THREAD;
     if (t > threads) t = threads;
     if (t > tiles) t = tiles;
     if (t > MAX_THREADS) t = MAX_THREADS;
@@ -277,16 +281,35 @@ static int32_t sum_codes(const int8_t *q, int64_t k) {
     return s;
 }
 
+static int bad_args(const hi_weight_t *W, int64_t m) {
+    return !W || W->path < 0 || W->path > 1 || W->fmt < 0 || W->fmt > 2 || m < 1 || m > MAX_ROWS;
+}
+
+/* Quantize x float32 [m, k] (or copy the codes xq int8 [m, k]) into the row blocks at xs (m * G * 4 bytes),
+ * q a scratch row of G * 4 + 64 bytes; fills rowcorr and sa. Returns 0, or -1 - r if row r is not finite. */
+static int place_rows(const hi_weight_t *W, const float *x, const int8_t *xq, int64_t m, int8_t *xs, int8_t *q,
+                      int32_t *rowcorr, float *sa) {
+    int64_t k = W->k, G = W->steps * CPB[W->fmt];
+    for (int64_t r = 0; r < m; r++) {
+        if (xq) memcpy(q, xq + r * k, (size_t)k);
+        else if (quantize_row(x + r * k, k, q, &sa[r])) return (int)(-1 - r);
+        memset(q + k, 0, (size_t)(G * 4 - k));
+        place_row(q, G, xs, r, m, ROW_BLOCK[W->path]);
+        rowcorr[r] = BIAS[W->path][W->fmt] * sum_codes(q, k);
+    }
+    return 0;
+}
+
+static tile_fn path_fn(const hi_weight_t *W) { return W->path == PATH_VNNI ? onebit_hi_vnni_tile : onebit_hi_avx2_tile; }
+
 /* x float32 [m, k] (or, when xq is set, the codes xq int8 [m, k]) -> y float32 [m, n] (or acc int32).
  * kb: steps per K block, 0 for the default. Returns 0; -1 - r if row r is not finite (nothing written);
  * -2 on a bad argument; -3 if out of memory; -4 if the CPU cannot run the weight's path. */
 static int run(const hi_weight_t *W, const float *x, const int8_t *xq, int64_t m, float *y, int32_t *acc,
                int threads, int64_t kb) {
-    if (!W || W->path < 0 || W->path > 1 || W->fmt < 0 || W->fmt > 2 || m < 1 || m > MAX_ROWS || threads < 1 ||
-        kb < 0)
-        return -2;
+    if (bad_args(W, m) || threads < 1 || kb < 0) return -2;
     if (!onebit_hi_path_ok(W->path)) return -4;
-    int64_t T = TILE_W[W->path], cpb = CPB[W->fmt], S = W->steps, G = S * cpb, k = W->k, tiles = (W->n + T - 1) / T;
+    int64_t T = TILE_W[W->path], cpb = CPB[W->fmt], S = W->steps, G = S * cpb, tiles = (W->n + T - 1) / T;
     if (kb == 0) kb = KB_ACT_BYTES[W->path] ? KB_ACT_BYTES[W->path] / (m * cpb * 4) : S;
     if (kb < 1) kb = 1;
     int64_t nkb = S > 0 ? (S + kb - 1) / kb : 1;
@@ -298,16 +321,74 @@ static int run(const hi_weight_t *W, const float *x, const int8_t *xq, int64_t m
     int8_t *xs = (int8_t *)(buf + scratch_bytes), *q = xs + xs_bytes;
     int32_t rowcorr[MAX_ROWS];
     float sa[MAX_ROWS];
-    for (int64_t r = 0; r < m; r++) {
-        if (xq) memcpy(q, xq + r * k, (size_t)k);
-        else if (quantize_row(x + r * k, k, q, &sa[r])) return (int)(-1 - r);
-        memset(q + k, 0, (size_t)(G * 4 - k));
-        place_row(q, G, xs, r, m, ROW_BLOCK[W->path]);
-        rowcorr[r] = BIAS[W->path][W->fmt] * sum_codes(q, k);
-    }
-    job_t job = {W, W->path == PATH_VNNI ? onebit_hi_vnni_tile : onebit_hi_avx2_tile, m, kb, T, ROW_BLOCK[W->path],
-                 cpb, xs, rowcorr, xq ? NULL : sa, y, acc, scratch, 0, tiles};
+    int rc = place_rows(W, x, xq, m, xs, q, rowcorr, sa);
+    if (rc) return rc;
+    job_t job = {W, path_fn(W), m, kb, T, ROW_BLOCK[W->path], cpb, xs, rowcorr, xq ? NULL : sa, y, acc, scratch, 0, tiles};
     run_all(&job, tiles, threads);
+    return 0;
+}
+
+/* Several products in one pooled call: product i is W[i] on x[i] float32 [m[i], k_i] -> y[i] [m[i], n_i], each
+ * row set quantized and laid out as a call of its own would, each in one K pass (the default of both paths).
+ * Why: the routed experts of a MoE layer are 8-10 small products a token; a pooled call each paid the pool's
+ * wake and join every time. The jobs are tile ranges of the products, so the bits are a call each's (tested).
+ * x, y: numpy array objects when data_off >= 0, as for onebit_hi_matmul. Returns 0; -16 - i if a row of x[i] is
+ * not finite (nothing of that product written); -2 on a bad argument; -3 if out of memory; -4 as above. */
+#define MAX_MANY 64
+int onebit_hi_matmul_many(const hi_weight_t *const *W, const char *const *x, const int64_t *m, char *const *y,
+                          int count, int threads, int64_t data_off) {
+    if (count < 1 || count > MAX_MANY || threads < 1) return -2;
+    size_t off[MAX_MANY + 1], q_bytes = 64;
+    int64_t tiles[MAX_MANY], total = 0, work = 0;
+    off[0] = 0;
+    for (int i = 0; i < count; i++) {
+        if (bad_args(W[i], m[i])) return -2;
+        if (!onebit_hi_path_ok(W[i]->path)) return -4;
+        int64_t T = TILE_W[W[i]->path], G = W[i]->steps * CPB[W[i]->fmt];
+        tiles[i] = (W[i]->n + T - 1) / T;
+        total += tiles[i];
+        off[i + 1] = off[i] + (size_t)(m[i] * G * 4 + 64) / 64 * 64;
+        if ((size_t)(G * 4 + 64) > q_bytes) q_bytes = (size_t)(G * 4 + 64);
+        job_t one = {W[i], NULL, m[i], 0, T, 0, CPB[W[i]->fmt]};
+        work += work_of(&one, tiles[i]);
+    }
+    char *buf = (char *)call_buffer(off[count] + q_bytes + (size_t)count * MAX_ROWS * (sizeof(int32_t) + sizeof(float)));
+    if (!buf) return -3;
+    int8_t *q = (int8_t *)(buf + off[count]);
+    int32_t *rowcorr = (int32_t *)(buf + off[count] + q_bytes);
+    float *sa = (float *)(rowcorr + count * MAX_ROWS);
+    int64_t t = work / BYTES_PER_THREAD;
+    t = t < threads ? t : threads;
+    t = t < total ? t : total;
+    t = t < MAX_THREADS ? t : MAX_THREADS;
+    if (t < 1) t = 1;
+    /* equal tile ranges small enough that the threads finish close together, few enough for MAX_JOBS */
+    int64_t chunk = t == 1 ? total : total / (8 * t);
+    int64_t least = (total + MAX_JOBS - count - 1) / (MAX_JOBS - count);
+    if (chunk < MIN_JOB_TILES) chunk = MIN_JOB_TILES;
+    if (chunk < least) chunk = least;
+    job_t jobs[MAX_JOBS];
+    int nj = 0;
+    for (int i = 0; i < count; i++) {
+        const float *xp = data_off >= 0 ? *(const float *const *)(x[i] + data_off) : (const float *)x[i];
+        float *yp = data_off >= 0 ? *(float **)(y[i] + data_off) : (float *)y[i];
+        int8_t *xs = (int8_t *)(buf + off[i]);
+        if (place_rows(W[i], xp, NULL, m[i], xs, q, rowcorr + i * MAX_ROWS, sa + i * MAX_ROWS)) return -16 - i;
+        job_t base = {W[i], path_fn(W[i]), m[i], W[i]->steps > 0 ? W[i]->steps : 1, TILE_W[W[i]->path],
+                      ROW_BLOCK[W[i]->path], CPB[W[i]->fmt], xs, rowcorr + i * MAX_ROWS, sa + i * MAX_ROWS, yp, NULL,
+                      NULL, 0, 0};
+        for (int64_t t0 = 0; t0 < tiles[i]; t0 += chunk) {
+            jobs[nj] = base;
+            jobs[nj].t0 = t0;
+            jobs[nj++].t1 = t0 + chunk < tiles[i] ? t0 + chunk : tiles[i];
+        }
+    }
+    if (t == 1) {
+        for (int i = 0; i < nj; i++) run_job(&jobs[i]);
+        return 0;
+    }
+    team_t team = {run_job, (char *)jobs, sizeof(job_t), nj, 0};
+    team_run(&team, (int)t);
     return 0;
 }
 

@@ -126,7 +126,7 @@ class TiledWeight:
         return cls.from_rows(QuantRows.of(qw), path, qw.fmt)
 
     @classmethod
-    def from_rows(cls, src: RowSource, path: str, fmt: str, repack=None) -> "TiledWeight":
+    def from_rows(cls, src: RowSource, path: str, fmt: str, repack=None, alloc=None) -> "TiledWeight":
         """Tile a weight block by block (whole tiles per block): a float source is quantized to ``fmt``
         as it is read, a quantized one keeps its own format. Every tile depends on its own channels only,
         so the result is that of tiling the whole weight at once; no more than one block's codes (about
@@ -135,7 +135,8 @@ class TiledWeight:
         n, k = src.shape
         fmt, t = src.fmt or fmt, TILE_WIDTH[path]
         signmag = sign_magnitude(path, fmt)
-        tiles = np.empty((-(-n // t), steps(fmt, k), t, 4), np.uint8)
+        shape = (-(-n // t), steps(fmt, k), t, 4)
+        tiles = np.empty(shape, np.uint8) if alloc is None else alloc(shape)
         scale = np.empty(n, np.float32)
         ccorr = np.zeros(tiles.shape[0] * t, np.int32) if (path == "avx2" and fmt == "int8") else None
         for lo, qw in quantized_blocks(src, fmt):

@@ -35,7 +35,8 @@ SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c"))
 HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
-ABI_VERSION = 3
+ABI_VERSION = 4
+MAX_MANY = 64  # products per matmul_many call (kernel.c)
 _F32 = np.dtype(np.float32)
 _LOADED: "dict[str, NativeKernel]" = {}
 _ERROR: "dict[str, str]" = {}
@@ -140,6 +141,9 @@ class NativeKernel:
         self._matmul = lib.onebit_hi_matmul
         self._matmul.argtypes = [p, p, i64, p, c_int, i64, i64]
         self._matmul.restype = c_int
+        self._matmul_many = lib.onebit_hi_matmul_many
+        self._matmul_many.argtypes = [p, p, p, p, c_int, c_int, i64]
+        self._matmul_many.restype = c_int
         self._gemm_int = lib.onebit_hi_gemm_int
         self._gemm_int.argtypes = [p, p, i64, p, c_int, i64]
         self._gemm_int.restype = c_int
@@ -178,6 +182,26 @@ class NativeKernel:
             return -1 - rc
         raise RuntimeError(f"native host-int kernel failed with code {rc} (m={m}, shape={tw.shape}, fmt={tw.fmt}, "
                            f"path={tw.path})")
+
+    def matmul_many(self, xs: "list[np.ndarray]", tws: "list[TiledWeight]", threads: int) -> "list[np.ndarray] | int":
+        """``matmul`` of every pair ``(xs[i], tws[i])`` in one pooled call (1 <= len <= MAX_MANY; each x float32
+        C-contiguous, 1 to 16 rows); returns the outputs, or the index of the first product with a non-finite row."""
+        count = len(xs)
+        ys = [np.empty((x.shape[0], tw.shape[0]), _F32) for x, tw in zip(xs, tws)]
+        addr = np.empty((4, count), np.int64)  # weights, x, rows, y
+        addr[0] = [tw.c_struct[1] for tw in tws]
+        addr[2] = [x.shape[0] for x in xs]
+        if self.data_off >= 0:
+            addr[1], addr[3] = [id(x) for x in xs], [id(y) for y in ys]
+        else:
+            addr[1], addr[3] = [x.ctypes.data for x in xs], [y.ctypes.data for y in ys]
+        base, row = addr.ctypes.data, 8 * count
+        rc = self._matmul_many(base, base + row, base + 2 * row, base + 3 * row, count, threads, self.data_off)
+        if not rc:
+            return ys
+        if -16 - count < rc <= -16:
+            return -16 - rc
+        raise RuntimeError(f"native host-int matmul_many failed with code {rc} ({count} products, rows {addr[2].tolist()})")
 
     def plan(self, tw: TiledWeight, m: int, threads: int) -> dict[str, int]:
         """The threads and jobs a call of ``m`` rows would use (tests; bits never depend on them)."""

@@ -1,0 +1,55 @@
+"""The tile arena: weights carved in order, aligned, never overlapping; big ones apart; huge pages where the
+OS gives them (checked in /proc/self/smaps, so a lost madvise cannot pass unseen)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onebit_engine.gemm.host_int.arena import ALIGN, HUGE, TileArena, huge_buffer
+from onebit_engine.gemm.host_int.backend import HostIntBackend
+
+from .host_int_paths import native_params
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def test_carves_aligned_disjoint_arrays():
+    arena = TileArena(chunk=1 << 20)
+    parts = [arena.empty((int(n), 3)) for n in np.random.default_rng(0).integers(1, 20000, 60)]
+    spans = sorted((p.ctypes.data, p.ctypes.data + p.nbytes) for p in parts)
+    assert all(a % ALIGN == 0 for a, _ in spans)
+    assert all(b0 <= a1 for (_, b0), (a1, _) in zip(spans, spans[1:]))  # no overlap
+    for i, p in enumerate(parts):
+        p[...] = i % 251
+    assert all(np.all(p == i % 251) for i, p in enumerate(parts))
+    assert all(p.dtype == np.uint8 and p.flags.c_contiguous for p in parts)
+    big = arena.empty((1 << 19, 2))  # above a quarter chunk: its own mapping
+    assert big.ctypes.data % HUGE == 0 and big.shape == (1 << 19, 2)
+
+
+@pytest.mark.parametrize("kernel", native_params())
+def test_backend_packs_into_the_arena(kernel):
+    b = HostIntBackend(kernel=kernel)
+    ws = [b.pack(np.ones((n, 64), np.float32)) for n in (16, 40, 3)]
+    bases = {id(w.tiles.base) for w in ws}
+    assert len(bases) == 1 and next(iter(bases)) is not None  # three small weights in one chunk
+
+
+def _anon_huge_kb(addr: int) -> int:
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            if lo <= addr < hi:
+                for rest in lines[i + 1:]:
+                    if rest.startswith("AnonHugePages:"):
+                        return int(rest.split()[1])
+    raise AssertionError(f"address {addr:#x} is in no mapping of /proc/self/smaps")
+
+
+@pytest.mark.skipif(not THP.is_file() or "[never]" in THP.read_text(), reason="transparent huge pages are off or absent here")
+def test_chunks_get_huge_pages():
+    buf = huge_buffer(8 * HUGE)
+    buf[:] = 1  # touch every page
+    assert _anon_huge_kb(buf.ctypes.data) >= 2048, "the arena's chunk got no huge page: madvise(MADV_HUGEPAGE) was lost"
