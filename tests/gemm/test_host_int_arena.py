@@ -53,3 +53,13 @@ def test_chunks_get_huge_pages():
     buf = huge_buffer(8 * HUGE)
     buf[:] = 1  # touch every page
     assert _anon_huge_kb(buf.ctypes.data) >= 2048, "the arena's chunk got no huge page: madvise(MADV_HUGEPAGE) was lost"
+
+
+@pytest.mark.skipif(not THP.is_file() or "[never]" in THP.read_text(), reason="transparent huge pages are off or absent here")
+def test_the_process_count_of_huge_pages_sees_a_new_chunk():
+    from onebit_engine.measure.resources import huge_page_bytes
+
+    before = huge_page_bytes()
+    buf = huge_buffer(8 * HUGE)
+    buf[:] = 1
+    assert huge_page_bytes() - before >= HUGE  # what the benchmarks record (scale_bench's huge_page_bytes)

@@ -51,7 +51,7 @@ def test_bench_shape_reports_every_figure(tmp_path, capsys):
     assert main(args) == 0
     doc = _json(capsys)
     r = doc["results"]
-    for key in ("speedup_vs_plain", "plain_bound_share", "identical_to_plain", "peak_rss_bytes", "tokens_per_round",
+    for key in ("speedup_vs_plain", "plain_bound_share", "identical_to_plain", "peak_rss_bytes", "huge_page_bytes", "tokens_per_round",
                 "verify_over_plain_step", "draft_over_plain_step"):
         assert key in r, key
     assert r["identical_to_plain"] is True and set(r["phase_ms"]) >= {"draft", "verify", "commit", "plain_step"}

@@ -10,7 +10,7 @@
 
 Figures: ``speedup_vs_plain`` (the fastest loop over the fastest plain decoding), ``plain_bound_share``
 (plain tokens/s over the bound ``stream GB/s / bytes one plain step reads``), per-phase milliseconds,
-tokens per round, ``identical_to_plain``, ``peak_rss_bytes``. A figure that could not be measured is None
+tokens per round, ``identical_to_plain``, ``peak_rss_bytes``, ``huge_page_bytes``. A figure that could not be measured is None
 with its reason, never NaN.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .membw import ReadStream
+from .resources import huge_page_bytes
 from .oracle import OracleDraft, Profile
 
 STREAM_BYTES = 1 << 30  # well past any last-level cache
@@ -91,6 +92,7 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
                                         lazy_logits=lazy_logits)
     loop()  # warm-up: the draft's compiled ops, first-touch memory
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # load + decode, before the stream's buffer
+    huge = huge_page_bytes()  # the weights' share of huge pages (resources.huge_page_bytes says why it matters)
     buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
     lib = getattr(target.backend, "_native", None)  # the host-int library: its own read loop, on its own pool
     streams = {t: ReadStream(threads=t, buf=buf, native=lib) for t in threads}
@@ -126,7 +128,7 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
     for s in streams.values():
         s.close()
     out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth)
-    out["peak_rss_bytes"], out["stream_buffer_bytes"] = peak_rss, stream_bytes
+    out["peak_rss_bytes"], out["stream_buffer_bytes"], out["huge_page_bytes"] = peak_rss, stream_bytes, huge
     return out
 
 

@@ -30,6 +30,17 @@
 #ifndef PREFETCH_AHEAD_VNNI
 #define PREFETCH_AHEAD_VNNI 8192
 #endif
+/* From this many rows on, the vnni path prefetches into L2 (prefetcht1), below it into L1 (prefetcht0). A call of
+ * many rows spends several cycles on each 64-byte step, and lines pulled into L1 that far ahead were evicted or
+ * held fill buffers the demand loads needed: on Zen 4, cold weights, medians of 40 interleaved calls, 8 rows took
+ * 0.93 -> 0.65 ms (int8 4096 x 4096, 1 thread) and 1.81 -> 1.68 ms (int4 17408 x 5120, 2 threads), while 1 row
+ * was 0.57 -> 0.86 ms slower with it (int8: no gain below 6 rows; int4: from 4; ternary: no difference). */
+#ifndef PREFETCH_L2_ROWS_VNNI
+#define PREFETCH_L2_ROWS_VNNI 6
+#endif
+#ifndef PREFETCH_L2_ROWS_VNNI_INT4
+#define PREFETCH_L2_ROWS_VNNI_INT4 4
+#endif
 
 /* Add the products of steps [0, ns) of one tile (w: its first step) with the R rows of xs (from the
  * block's first group of this K range) into acc [R][T] int32 (modulo 2^32; read unless init). The

@@ -47,7 +47,10 @@ static inline __attribute__((always_inline)) TARGET_VNNI void tile(int fmt, cons
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
     const int64_t len = ns * VB;
     for (int64_t s = 0; s < ns; s++) {
-        __builtin_prefetch(prefetch_addr_vnni(w, s * VB, len, next));
+        if (R >= (fmt == FMT_INT4 ? PREFETCH_L2_ROWS_VNNI_INT4 : PREFETCH_L2_ROWS_VNNI)) /* constants: no branch */
+            __builtin_prefetch(prefetch_addr_vnni(w, s * VB, len, next), 0, 2);
+        else
+            __builtin_prefetch(prefetch_addr_vnni(w, s * VB, len, next), 0, 3);
         __m512i v = _mm512_loadu_si512(w + s * VB);
         if (fmt == FMT_INT8) { /* group s; two chains: even steps into a, odd into b */
             const int8_t *x = xs + s * R * 4;
