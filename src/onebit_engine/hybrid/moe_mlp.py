@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..gemm.base import run_many
-from ..ops.moe import route, routed_rows
+from ..ops.moe import route, routed_rows, routing_margins
 from ..ops.norm import sigmoid
 from .moe_config import MoeConfig
 
@@ -42,9 +42,15 @@ class MoeMLP:
         self.row_set, self.row_invariant = row_set, row_invariant
         self.grouped = True
         self.trace: list | None = None  # a list: each call appends its distinct routed experts (benchmarks)
+        # a list: each call appends, per real row, the router-logit gap between the last chosen and the first
+        # unchosen expert and the last chosen logit's magnitude, float64 [n, 2] (a reference check's near-ties)
+        self.margins: list | None = None
 
     def __call__(self, h: np.ndarray, n: int) -> np.ndarray:
-        experts, weights = route(self.router(h), self.moe.num_experts_per_tok, self.moe.norm_topk_prob)
+        logits = self.router(h)
+        experts, weights = route(logits, self.moe.num_experts_per_tok, self.moe.norm_topk_prob)
+        if self.margins is not None:
+            self.margins.append(routing_margins(logits[:n], self.moe.num_experts_per_tok))
         out = np.zeros_like(h)
         hits = routed_rows(experts, n)
         if self.trace is not None:

@@ -38,3 +38,13 @@ def routed_rows(experts: np.ndarray, n: int) -> dict[int, tuple[np.ndarray, np.n
         rows, ranks = np.nonzero(experts[:n] == e)
         out[int(e)] = (rows, ranks)
     return out
+
+
+def routing_margins(logits: np.ndarray, top_k: int) -> np.ndarray:
+    """Shapes: logits [n, E] -> float64 [n, 2]: per row, the router-logit gap between the top_k-th and the
+    (top_k + 1)-th largest logit (inf when every expert is chosen; the softmax keeps the order, so this is
+    how far the choice is from flipping) and the magnitude of the top_k-th logit."""
+    z = -np.sort(-np.asarray(logits, np.float64), axis=-1)
+    if top_k >= z.shape[-1]:
+        return np.stack([np.full(z.shape[0], np.inf), np.abs(z[:, -1])], axis=-1)
+    return np.stack([z[:, top_k - 1] - z[:, top_k], np.abs(z[:, top_k - 1])], axis=-1)
