@@ -34,19 +34,6 @@ def serve_bytes(target_bytes: int, draft_bytes: int, extra: int = 0) -> int:
     return target_bytes + draft_bytes + WORKING_BYTES + extra
 
 
-def huge_page_bytes() -> "int | None":
-    """Bytes of this process's anonymous memory in transparent huge pages (``/proc/self/smaps_rollup``), or None
-    where the OS does not say. A benchmark records it: weights streamed through 4 KiB pages run slower (a
-    memory-bound plain step most), so two runs that differ in it are not the same experiment."""
-    try:
-        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-            if line.startswith("AnonHugePages:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def gib(n: "int | None") -> str:
     """A size for a message: GiB from 1 GiB up, MiB below (a shrunk shape is not "0.0 GiB")."""
     if n is None:
