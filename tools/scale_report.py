@@ -78,8 +78,9 @@ def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: 
         elif row == "kernel":
             # the path the dispatcher runs here, by name: the report measures every native path the CPU has, one
             # after another, and its figures would otherwise be the last one's (AVX2 on a VNNI machine)
-            path = _run([sys.executable, "-c", "from onebit_engine.gemm.host_int.backend import HostIntBackend; "
-                                               "print(HostIntBackend().kernel)"], log).strip()
+            from onebit_engine.gemm.host_int.backend import HostIntBackend
+
+            path = HostIntBackend().kernel
             text = _run([sys.executable, "tools/host_int_report.py", "kernel", "--kernel", path, "--threads", "1",
                          "--reps", "40"], log)
             doc = {**json.loads(text.strip().splitlines()[-1]), "path": path}

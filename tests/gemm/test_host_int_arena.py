@@ -57,7 +57,7 @@ def test_chunks_get_huge_pages():
 
 @pytest.mark.skipif(not THP.is_file() or "[never]" in THP.read_text(), reason="transparent huge pages are off or absent here")
 def test_the_process_count_of_huge_pages_sees_a_new_chunk():
-    from onebit_engine.measure.membw import huge_page_bytes
+    from onebit_engine.measure.procfs import huge_page_bytes
 
     before = huge_page_bytes()
     buf = huge_buffer(8 * HUGE)

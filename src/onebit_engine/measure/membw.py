@@ -6,14 +6,12 @@ threads (numpy releases the GIL inside the reduction): on the 2-vCPU Zen 3 VM as
 AVX2 load loop (~13 GB/s on 1 thread, ~20 GB/s on 2, measured side by side), but on Zen 5 it stops at
 ~35 GB/s on 2 threads where the host-int kernel itself streams ~60. With ``native`` (the host-int
 library) the read is that library's own loop on its own pool, which is the bound the kernel can reach.
-``copy_seconds`` is the older yardstick, a numpy copy (read + write bytes are both counted). ``huge_page_bytes``:
-the process's memory in transparent huge pages, which a streaming benchmark depends on.
+``copy_seconds`` is the older yardstick, a numpy copy (read + write bytes are both counted).
 """
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
@@ -61,16 +59,3 @@ def copy_seconds(src: np.ndarray, dst: np.ndarray) -> float:
     t = time.perf_counter()
     np.copyto(dst, src)
     return time.perf_counter() - t
-
-
-def huge_page_bytes() -> "int | None":
-    """Bytes of this process's anonymous memory in transparent huge pages (``/proc/self/smaps_rollup``), or None
-    where the OS does not say. A benchmark records it: weights streamed through 4 KiB pages run slower (a
-    memory-bound plain step most), so two runs that differ in it are not the same experiment."""
-    try:
-        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-            if line.startswith("AnonHugePages:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

@@ -5,19 +5,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from .procfs import kib_field
+
 GIB = 1 << 30
 WORKING_BYTES = 768 << 20  # the process itself (numpy, numba, the kernels), states and activations
 
 
 def available_memory() -> "int | None":
     """Bytes the kernel says a new allocation can have (MemAvailable), or None where it does not say."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return kib_field("/proc/meminfo", "MemAvailable")
 
 
 def free_disk(folder: Path) -> int:

@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .membw import ReadStream, huge_page_bytes
+from .membw import ReadStream
+from .procfs import huge_page_bytes
 from .oracle import OracleDraft, Profile
 
 STREAM_BYTES = 1 << 30  # well past any last-level cache

@@ -145,9 +145,9 @@ class HostIntBackend:
         if len(xs) != len(packed):
             raise ValueError(f"matmul_many: {len(xs)} inputs for {len(packed)} weights")
         if self._native is None or not all(
-                x.__class__ is np.ndarray and x.dtype is _F32 and x.flags.c_contiguous and x.ndim == 2
-                and 0 < x.shape[0] <= int_kernels.MAX_ROWS and 0 < x.shape[1] == getattr(p, "shape", (0, -1))[1]
-                and getattr(p, "path", None) == self.kernel for x, p in zip(xs, packed)):
+                getattr(p, "path", None) == self.kernel and x.__class__ is np.ndarray and x.dtype is _F32
+                and x.flags.c_contiguous and x.ndim == 2 and 0 < x.shape[0] <= int_kernels.MAX_ROWS
+                and 0 < x.shape[1] == p.shape[1] for x, p in zip(xs, packed)):
             return [self.matmul(x, p) for x, p in zip(xs, packed)]  # the twin, and every check's message
         out: list[np.ndarray] = []
         for lo in range(0, len(xs), native.MAX_MANY):
