@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from onebit_engine.errors import ConfigError
+from onebit_engine.errors import ConfigError, StateError
 from onebit_engine.hybrid import ops as target_ops
 from onebit_engine.hybrid.ops import NUMBA_OPS, NUMPY_OPS, TargetOps, resolve_ops
 from onebit_engine.hybrid.state import VerifyRecord
@@ -104,7 +104,7 @@ def _attention_case(seed: int, kv_heads: int, cached: int):
     cfg, _, attn = _layers(seed, kv_heads, 4, 4)
     hkv, hd = cfg.num_key_value_heads, cfg.head_dim
     qkv = (2 * rng.standard_normal((R, attn.params.splits[-1] + hkv * hd))).astype(F32)
-    kv = KVCache(hkv, hd)
+    kv = attn.new_state()  # the target's own cache layout (keys_last)
     if cached:
         kv.append(*rng.standard_normal((2, hkv, cached, hd)).astype(F32))
     return attn, qkv, kv
@@ -117,6 +117,17 @@ def _attention_both(attn, qkv, n, kv, pos, tables=(NUMPY_OPS, NUMBA_OPS)):
         outs.append(table.attention_rows(qkv, n, c, pos, attn.params))
         caches.append(c)
     return outs, caches
+
+
+@numba_only
+def test_compiled_attention_refuses_a_positions_second_cache():
+    """The compiled loop reads keys [H, hd, capacity]: a cache of the other layout is refused before any
+    write (indexed the wrong way, the append would land outside the buffer)."""
+    attn, qkv, _ = _attention_case(0, 2, 3)
+    kv = KVCache(attn.params.n_kv_heads, attn.params.head_dim)
+    with pytest.raises(StateError, match="keys_last"):
+        NUMBA_OPS.attention_rows(qkv, 2, kv, 0, attn.params)
+    assert kv.length == 0 and kv.capacity == 0
 
 
 @numba_only

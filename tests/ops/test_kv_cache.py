@@ -154,7 +154,7 @@ def test_target_truncate_past_length_is_a_state_error():
     st = target.new_state()
     target.forward([1, 2, 3], st)
     kv = [s for s in st.layers if isinstance(s, KVCache)]
-    assert kv and all(not s.keys_last and s.length == 3 for s in kv)
+    assert kv and all(s.keys_last and s.length == 3 for s in kv)  # the compiled score loop's layout
     with pytest.raises(StateError, match="holding 3 rows to 5 rows: truncate only shrinks"):
         kv[0].truncate(5)
 

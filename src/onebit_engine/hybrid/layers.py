@@ -83,7 +83,8 @@ class GatedAttention:
         )
 
     def new_state(self) -> KVCache:
-        return KVCache(self.cfg.num_key_value_heads, self.cfg.head_dim)
+        # keys_last: the compiled score loop runs over contiguous positions (ops.attention_fast)
+        return KVCache(self.cfg.num_key_value_heads, self.cfg.head_dim, keys_last=True)
 
     def __call__(self, h: np.ndarray, n: int, state: TargetState) -> np.ndarray:
         qkv = self.qkv_proj(h)  # [R, H*2*hd + 2*HKV*hd]: per head [query | gate], then k, v

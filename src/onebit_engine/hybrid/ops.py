@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import StateError
 from ..ops.attention import attend_row
 from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
@@ -171,6 +172,9 @@ def gdn_replay_numba(st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> Non
 
 
 def attention_rows_numba(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> np.ndarray:
+    if not kv.keys_last:  # the compiled loop indexes keys [H, hd, capacity]; another layout would write out of bounds
+        raise StateError(f"the compiled attention needs a keys_last KVCache (keys [H, hd, capacity]), got keys "
+                         f"{kv.keys.shape}; make the cache with GatedAttention.new_state() or KVCache(..., keys_last=True)")
     kv.reserve(kv.length + n)
     out = np.empty((qkv.shape[0], p.n_heads * p.head_dim), F32)
     attention_rows(qkv, n, pos, kv.length, kv.keys, kv.values, p.q_norm, p.k_norm, p.eps, p.freqs, p.n_heads,

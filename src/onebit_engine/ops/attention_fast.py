@@ -41,10 +41,11 @@ def _attention_rows(qkv, n, pos, length, keys, values, q_norm, k_norm, eps, freq
     values at cache rows length..length+n-1 and attends each row over cache rows 0..its own.
 
     Shapes: qkv [R, H*2*hd + 2*HKV*hd] (per head [query | gate], then k, then v: the fused projection's
-    output); keys, values [HKV, capacity >= length + n, hd] (rows < length live);
+    output); keys [HKV, hd, capacity >= length + n] (a keys_last ``KVCache``: positions last), values
+    [HKV, capacity, hd] (positions < length live);
     q_norm, k_norm [hd]; freqs [rot / 2]; out [R, H*hd] (rows >= n are zeroed).
     """
-    HKV, _, hd = keys.shape
+    HKV, hd, _ = keys.shape
     g = H // HKV
     rot = 2 * freqs.shape[0]
     kq = H * 2 * hd
@@ -64,19 +65,24 @@ def _attention_rows(qkv, n, pos, length, keys, values, q_norm, k_norm, eps, freq
             cos[i + rot // 2] = cos[i]
             sin[i + rot // 2] = sin[i]
         for j in range(HKV):
-            _norm_rope(qkv[t, kq + j * hd:kq + (j + 1) * hd], k_norm, eps, cos, sin, rot, keys[j, at])
+            _norm_rope(qkv[t, kq + j * hd:kq + (j + 1) * hd], k_norm, eps, cos, sin, rot, keys[j, :, at])
             for i in range(hd):
                 values[j, at, i] = qkv[t, kq + kv + j * hd + i]
         m = at + 1  # keys 0..at are visible to this row
         for h in range(H):
             j = h // g  # query head h reads KV head h // (H / HKV)
             _norm_rope(qkv[t, h * 2 * hd:h * 2 * hd + hd], q_norm, eps, cos, sin, rot, qh)
+            # q.k for every visible key at once: positions innermost (contiguous, they vectorize), each
+            # position's sum still over i in ascending order - the bits of a dot product per key
+            for s in range(m):
+                p[s] = np.float32(0.0)
+            for i in range(hd):
+                qi = qh[i]
+                for s in range(m):
+                    p[s] += qi * keys[j, i, s]
             mx = np.float32(-np.inf)
             for s in range(m):
-                d = np.float32(0.0)
-                for i in range(hd):
-                    d += qh[i] * keys[j, s, i]
-                d = d * scale
+                d = p[s] * scale
                 p[s] = d
                 if d > mx:
                     mx = d
