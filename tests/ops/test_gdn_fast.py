@@ -32,3 +32,23 @@ def test_fast_token_matches_numpy_twin(hk, r, dk, dv, K, seed):
         args = (a[1], a[2], *args[2:])
     assert np.array_equal(b[1], a[1])  # the conv window is a pure shift of the inputs: exact
     del S
+
+
+@given(st.integers(1, 300), st.integers(0, 2**16))
+def test_kernel_4_conv_is_the_general_conv_bitwise(C, seed):
+    """The kernel-size-4 conv (one pass, taps in registers) against the general loops it stands in for:
+    the same x and the same advanced window, bit for bit, over a few tokens (non-finite inputs too)."""
+    from onebit_engine.ops.gated_delta_fast import _conv, _conv4
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((C, 4)).astype(np.float32)
+    w[rng.random((C, 4)) < 0.02] = np.inf
+    a = rng.standard_normal((C, 3)).astype(np.float32)
+    b = a.copy()
+    for _ in range(3):
+        mixed = (rng.standard_normal(C) * 10.0 ** rng.integers(-30, 30, C)).astype(np.float32)
+        xa, xb = np.empty(C, np.float32), np.empty(C, np.float32)
+        _conv(a, mixed, w, xa)
+        _conv4(b, mixed, w, xb)
+        assert np.array_equal(xa.view(np.uint32), xb.view(np.uint32))
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -21,28 +21,56 @@ except ImportError:  # numba is the optional `fast` extra
 F32 = np.float32
 
 
-def _prep(conv, mixed, w, n_k_heads, dk, x, q, k):
-    """A token's conv (+ SiLU) and l2-normed, scaled q and k, in place. Shapes: conv [C, K-1] is advanced;
-    mixed [C]; w [C, K]; x [C] (the conv output: q | k | v channels), q, k [n_k_heads, dk] are written."""
+def _conv(conv, mixed, w, x):
+    """The causal conv of one token, any kernel size, in place: x [C] = the conv output (before the SiLU);
+    conv [C, K-1] is advanced by the token. mixed [C]; w [C, K]. Per channel the operations of the numpy
+    twin in its order: the current column first, then the taps oldest first."""
     C, km1 = conv.shape
     K = w.shape[1]
-    key_dim = n_k_heads * dk
-    one = np.float32(1.0)
-    # Loops over channels innermost (they vectorize); per channel the same operations in the same order
-    # as the twin: current column first, then the taps oldest first.
     for c in range(C):
         x[c] = w[c, K - 1] * mixed[c]
     for j in range(km1):
         for c in range(C):
             x[c] = x[c] + w[c, j] * conv[c, j]
     for c in range(C):
-        a = x[c]
-        x[c] = a * (one / (one + expf(-a)))  # silu
-    for c in range(C):
         for j in range(km1 - 1):
             conv[c, j] = conv[c, j + 1]
         if km1 > 0:
             conv[c, km1 - 1] = mixed[c]
+
+
+def _conv4(conv, mixed, w, x):
+    """:func:`_conv` for kernel size 4 (every published Qwen3.5 / Qwen3-Next shape): one pass over the
+    channels with the three taps in registers, the same operations in the same order - the same bits
+    (tests/ops/test_gdn_fast.py), ~3x faster than the general loops, whose strided taps do not vectorize."""
+    for c in range(conv.shape[0]):
+        c0 = conv[c, 0]
+        c1 = conv[c, 1]
+        c2 = conv[c, 2]
+        m = mixed[c]
+        v = w[c, 3] * m
+        v = v + w[c, 0] * c0
+        v = v + w[c, 1] * c1
+        v = v + w[c, 2] * c2
+        x[c] = v
+        conv[c, 0] = c1
+        conv[c, 1] = c2
+        conv[c, 2] = m
+
+
+def _prep(conv, mixed, w, n_k_heads, dk, x, q, k):
+    """A token's conv (+ SiLU) and l2-normed, scaled q and k, in place. Shapes: conv [C, K-1] is advanced;
+    mixed [C]; w [C, K]; x [C] (the conv output: q | k | v channels), q, k [n_k_heads, dk] are written."""
+    C = conv.shape[0]
+    key_dim = n_k_heads * dk
+    one = np.float32(1.0)
+    if w.shape[1] == 4:
+        _conv4(conv, mixed, w, x)
+    else:
+        _conv(conv, mixed, w, x)
+    for c in range(C):  # channels innermost: they vectorize
+        a = x[c]
+        x[c] = a * (one / (one + expf(-a)))  # silu
     scale = np.float32(1.0 / np.sqrt(dk))
     for g in range(n_k_heads):
         sq = np.float32(0.0)
@@ -277,6 +305,8 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
 
 if nb is not None:
     _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
+    _conv = _jit(_conv)
+    _conv4 = _jit(_conv4)
     _prep = _jit(_prep)
     _head = _jit(_head)
     _head_rows = _jit(_head_rows)
