@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exp_fast import expf
+from .gated_delta_sweeps import head_rows
 
 try:
     import numba as nb
@@ -118,73 +119,10 @@ def _head(Sh, a, b, kg, qg, v, mem, oh, read_out):
                 Sh[i, j] = Sh[i, j] + ki * mem[j]
 
 
-def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
-    """The delta rule on one value head for rows 0..n-1 in turn, in place: Sh [dk, dv]; alphas, betas [n];
-    ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written.
-
-    Row t's write and read-out (steps 4-5) and row t + 1's decay and read (steps 1-2) touch each element of
-    S once, in one sweep: the same operations on the same values in the same order as running
-    :func:`_head` row after row (each element of mem still sums over i in ascending order), so the same
-    bits, with one pass over the head's state per row instead of two."""
-    n = alphas.shape[0]
-    dk, dv = Sh.shape
-    mem = np.zeros(dv, np.float32)
-    nxt = np.empty(dv, np.float32)
-    if n == 0:
-        return
-    a = alphas[0]
-    for i in range(dk):  # row 0: 1. decay, 2. read
-        ki = ks[0, i]
-        for j in range(dv):
-            s = Sh[i, j] * a
-            Sh[i, j] = s
-            mem[j] += ki * s
-    for t in range(n):
-        b = betas[t]
-        for j in range(dv):
-            mem[j] = (vs[t, j] - mem[j]) * b  # 3. delta of row t
-        ot = o[t]
-        for j in range(dv):
-            ot[j] = np.float32(0.0)
-        if t + 1 == n:  # the last row: 4. write, 5. read-out
-            for i in range(dk):
-                ki = ks[t, i]
-                qi = qs[t, i]
-                if read_out:
-                    for j in range(dv):
-                        s = Sh[i, j] + ki * mem[j]
-                        Sh[i, j] = s
-                        ot[j] += qi * s
-                else:
-                    for j in range(dv):
-                        Sh[i, j] = Sh[i, j] + ki * mem[j]
-            return
-        a2 = alphas[t + 1]
-        for j in range(dv):
-            nxt[j] = np.float32(0.0)
-        for i in range(dk):
-            ki = ks[t, i]
-            qi = qs[t, i]
-            k2 = ks[t + 1, i]
-            if read_out:
-                for j in range(dv):
-                    s = Sh[i, j] + ki * mem[j]  # 4. write (row t)
-                    ot[j] += qi * s  # 5. read-out (row t)
-                    s2 = s * a2  # 1. decay (row t + 1)
-                    Sh[i, j] = s2
-                    nxt[j] += k2 * s2  # 2. read (row t + 1)
-            else:
-                for j in range(dv):
-                    s2 = (Sh[i, j] + ki * mem[j]) * a2
-                    Sh[i, j] = s2
-                    nxt[j] += k2 * s2
-        for j in range(dv):
-            mem[j] = nxt[j]
-
-
 def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
-    """:func:`_head_rows` on every value head (head h reads key head h // r): S [HV, dk, dv]; alphas, betas
-    [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv); o [n, HV, dv]. Heads are
+    """:func:`gated_delta_sweeps.head_rows` on every value head (head h reads key head h // r):
+    S [HV, dk, dv]; alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv);
+    o [n, HV, dv]. Heads are
     independent. They run on this thread: numba's own threads (prange) fought the host-int kernel's pool for the
     2 cores, whose workers wait spinning between GEMM calls - a 27B plain step took 355 ms with them, 274 ms
     without (and a verify of 8 rows 547 against 440 ms), interleaved on Zen 5."""
@@ -193,8 +131,8 @@ def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
     for h in range(HV):
         g = h // r
         oh = np.empty((n, dv), np.float32)
-        _head_rows(S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
-                   xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
+        head_rows(S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
+                  xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
         if read_out:
             o[:, h] = oh
 
@@ -309,7 +247,6 @@ if nb is not None:
     _conv4 = _jit(_conv4)
     _prep = _jit(_prep)
     _head = _jit(_head)
-    _head_rows = _jit(_head_rows)
     _heads = _jit(_heads)
     _token = _jit(_token)
     gdn_token_fast = _jit(_token_copy)
