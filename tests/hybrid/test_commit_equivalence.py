@@ -90,10 +90,12 @@ def test_checkpoint_memory_is_rows_times_state(target):
 
 def test_the_verify_record_is_pending_during_the_run_and_dropped_if_it_fails():
     """The delta-net layers find the record on ``state.pending`` while a verify runs; a verify that raises
-    part way leaves no record to commit (as one that never started)."""
+    part way leaves no record to commit and the state as it found it (delta-net layers before and after the
+    fault, KV, position), so decoding goes on as if it never started."""
     t = random_target(tiny_config(num_hidden_layers=4, full_attention_interval=2), seed=3)
     st = t.new_state()
     t.forward(PROMPT[:4], st)
+    before = st.copy()
     ref = st.copy()
     t.verify([3, 4, 5], ref)
     recorded = ref.pending.mixed[0].copy()  # what layer 0 records of these rows
@@ -103,9 +105,16 @@ def test_the_verify_record_is_pending_during_the_run_and_dropped_if_it_fails():
         seen.append(st.pending)
         raise RuntimeError("backend fault")
 
+    own = t.layers[2].mixer.out_proj
     t.layers[2].mixer.out_proj = boom  # a delta-net layer after layer 0 has recorded its rows
     with pytest.raises(RuntimeError, match="backend fault"):
         t.verify([3, 4, 5], st)
     assert seen[0] is not None and seen[0].rows == 3 and seen[0].start_pos == 4
     assert np.array_equal(seen[0].mixed[0], recorded)  # layer 0 had written its rows into it
     assert st.pending is None
+    assert st.pos == before.pos
+    assert_same_state(st, before)
+    t.layers[2].mixer.out_proj = own
+    t.forward([9], st)
+    t.forward([9], before)
+    assert_same_state(st, before)

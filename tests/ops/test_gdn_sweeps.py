@@ -32,7 +32,10 @@ def test_sweeps_are_the_one_token_head_bitwise(dk, dv, n, read_out, nonfinite, s
     for t in range(n):
         _head(a, alphas[t], betas[t], ks[t], qs[t], vs[t], mem, o_a[t], read_out)
     b, o_b = S0.copy(), np.zeros((n, dv), np.float32)
-    head_rows(b, alphas, betas, ks, qs, vs, o_b, read_out)
+    head_rows(b, b, alphas, betas, ks, qs, vs, o_b, read_out)  # in place
     assert np.array_equal(_bits(a), _bits(b))
+    src, c, o_c = S0.copy(), np.full((dk, dv), 7.0, np.float32), np.zeros((n, dv), np.float32)
+    head_rows(src, c, alphas, betas, ks, qs, vs, o_c, read_out)  # from src into another buffer
+    assert np.array_equal(_bits(a), _bits(c)) and np.array_equal(_bits(src), _bits(S0))
     if read_out:
-        assert np.array_equal(_bits(o_a), _bits(o_b))
+        assert np.array_equal(_bits(o_a), _bits(o_b)) and np.array_equal(_bits(o_a), _bits(o_c))

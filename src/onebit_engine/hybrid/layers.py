@@ -54,8 +54,10 @@ class GatedDeltaNet:
     def __call__(self, h: np.ndarray, n: int, state: TargetState) -> np.ndarray:
         record = state.pending
         rows = record.rows_of(self.index, state.pos, n) if record is not None else None
+        # a verify's first call starts from the snapshot it handed over (state.hand_over), later ones in place
+        src = record.snapshot[self.index] if record is not None and state.pos == record.start_pos else None
         proj = self.in_proj(h)  # [R, C + HV*dv + 2*HV]: mixed | z | b | a
-        return self.out_proj(self.ops.gdn_rows(proj, n, state.layers[self.index], self.params, rows))
+        return self.out_proj(self.ops.gdn_rows(proj, n, state.layers[self.index], self.params, rows, src))
 
     def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray, *,
                in_place: bool = False) -> GDNLayerState:

@@ -21,6 +21,7 @@ from ..checkpoint.safetensors import QUANT_FILE, folder_refs, read_config
 from ..errors import ConfigError, ContextLimitError, StateError
 from ..gemm import Linear, get_backend
 from ..gemm.base import GemmBackend
+from ..ops.kv_cache import KVCache
 from ..quant.io import open_quantized
 from ..quant.table import RowTable
 from .commit import COMMIT_PATHS, commit_verify
@@ -85,13 +86,19 @@ class Target:
         """
         self._check_free(state, "verify")
         toks = self._tokens(tokens, state)
-        snapshot = {i: state.snapshot(i) for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"}
+        snapshot = {i: state.hand_over(i) for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"}
         # the delta-net layers record their rows into the pending record as the run goes by
         state.pending = VerifyRecord.begin(state.pos, len(toks), snapshot, checkpoints)
         try:
             return self._run(toks, state, head=logits)
         except BaseException:
-            state.pending = None  # a verify that did not finish leaves nothing to commit
+            # a verify that did not finish leaves nothing to commit and the state as it found it
+            for i, snap in snapshot.items():
+                state.layers[i] = snap
+            for st in state.layers:
+                if isinstance(st, KVCache) and st.length > state.pending.start_pos:
+                    st.truncate(state.pending.start_pos)
+            state.pos, state.pending = state.pending.start_pos, None
             raise
 
     def commit(self, state: TargetState, accepted_rows: int, *, path: str = "keep", replay_check: bool = False) -> None:

@@ -81,8 +81,11 @@ class TargetOps:
     name: str
     norm: Callable[[np.ndarray, np.ndarray, float], np.ndarray]  # x [R, D], w [D], eps -> [R, D]
     silu_mul: Callable[[np.ndarray], np.ndarray]  # [gate | up] [R, 2I] -> silu(gate) * up [R, I]
-    # proj [R, C + HV*dv + 2*HV], n, state, params, rows to record (a verify) or None -> [R, HV*dv]
-    gdn_rows: Callable[[np.ndarray, int, GDNLayerState, GDNParams, "RecordedRows | None"], np.ndarray]
+    # proj [R, C + HV*dv + 2*HV], n, state, params, rows to record (a verify) or None, and the state to
+    # start from when it is not ``state`` (a verify's first call: its snapshot, only read; ``state`` is then a
+    # buffer to write, its old contents unused) or None -> [R, HV*dv]
+    gdn_rows: Callable[[np.ndarray, int, GDNLayerState, GDNParams, "RecordedRows | None", "GDNLayerState | None"],
+                       np.ndarray]
     # state (advanced in place), mixed [a, C], alpha, beta [a, HV], params -> None
     gdn_replay: Callable[[GDNLayerState, np.ndarray, np.ndarray, np.ndarray, GDNParams], None]
     # qkv [R, 2*H*hd + 2*HKV*hd], n, cache, position of row 0, params -> [R, H*hd]
@@ -95,8 +98,11 @@ def silu_mul_numpy(y: np.ndarray) -> np.ndarray:
     return silu(gate) * up
 
 
-def gdn_rows_numpy(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None) -> np.ndarray:
+def gdn_rows_numpy(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
+                   src: GDNLayerState | None = None) -> np.ndarray:
     """Gates, then :func:`ops.gated_delta.gdn_token` a token at a time, then the gated norm."""
+    if src is not None:  # gdn_token returns new arrays and never writes its inputs: start from src's
+        st.conv, st.recurrent = src.conv, src.recurrent
     R = proj.shape[0]
     mixed, z, b, a = cut(proj, p.splits)  # [R, C], [R, HV*dv], [R, HV] x 2
     z = z.reshape(R, p.n_v_heads, p.dv)
@@ -158,11 +164,16 @@ def silu_mul_numba(y: np.ndarray) -> np.ndarray:
     return out
 
 
-def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None) -> np.ndarray:
+def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
+                   src: GDNLayerState | None = None) -> np.ndarray:
     st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)  # updated in place below
+    S_in = st.recurrent
+    if src is not None:  # the first sweep reads src and writes st: no copy of the recurrent state
+        np.copyto(st.conv, src.conv)  # the conv window is small and advanced in place
+        S_in = np.ascontiguousarray(src.recurrent, dtype=F32)
     rec = rec if rec is not None else RecordedRows.none(st)
     out = np.empty((proj.shape[0], p.n_v_heads * p.dv), F32)
-    gdn_mixer_rows(proj, n, st.conv, st.recurrent, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
+    gdn_mixer_rows(proj, n, st.conv, S_in, st.recurrent, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
                    p.n_k_heads, p.dk, p.dv, rec.mixed, rec.alpha, rec.beta, rec.conv, rec.recurrent, out)
     return out
 

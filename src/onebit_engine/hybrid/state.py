@@ -105,18 +105,20 @@ class TargetState:
     layers: list
     pos: int = 0
     pending: VerifyRecord | None = None
-    # delta-net layer buffers no one uses, kept for the next verify's snapshot: copying a 27B's 151 MB of
-    # state into fresh memory costs its page faults again every round, into a reused buffer only the copy
+    # delta-net layer buffers no one uses, kept for the next verify to write into: fresh memory for a 27B's
+    # 151 MB of state costs its page faults again every round, a reused buffer nothing
     spare: dict = field(default_factory=dict, repr=False)
 
-    def snapshot(self, i: int) -> GDNLayerState:
-        """A copy of delta-net layer ``i``'s state, in a spare buffer when there is one of its shape."""
+    def hand_over(self, i: int) -> GDNLayerState:
+        """A verify's snapshot of delta-net layer ``i``, without a copy: the live state itself, which from
+        now on is only read; the layer gets a buffer of its shape (a spare one, or fresh) that the verify's
+        first call of the layer fills with the state after its rows, read from the snapshot
+        (``TargetOps.gdn_rows``'s ``src``). Until that call the buffer's contents mean nothing."""
         live, buf = self.layers[i], self.spare.pop(i, None)
         if buf is None or buf.conv.shape != live.conv.shape or buf.recurrent.shape != live.recurrent.shape:
-            return live.copy()
-        np.copyto(buf.conv, live.conv)
-        np.copyto(buf.recurrent, live.recurrent)
-        return buf
+            buf = GDNLayerState(np.empty_like(live.conv, dtype=F32), np.empty_like(live.recurrent, dtype=F32))
+        self.layers[i] = buf
+        return live
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every live array, named ``layer.{i}.{conv|recurrent|keys|values}`` (KV cut to its length)."""

@@ -119,10 +119,10 @@ def _head(Sh, a, b, kg, qg, v, mem, oh, read_out):
                 Sh[i, j] = Sh[i, j] + ki * mem[j]
 
 
-def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
+def _heads(S_in, S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
     """:func:`gated_delta_sweeps.head_rows` on every value head (head h reads key head h // r):
-    S [HV, dk, dv]; alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv);
-    o [n, HV, dv]. Heads are
+    S [HV, dk, dv] becomes the state after S_in (the same array: in place); alphas, betas [n, HV];
+    ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv); o [n, HV, dv]. Heads are
     independent. They run on this thread: numba's own threads (prange) fought the host-int kernel's pool for the
     2 cores, whose workers wait spinning between GEMM calls - a 27B plain step took 355 ms with them, 274 ms
     without (and a verify of 8 rows 547 against 440 ms), interleaved on Zen 5."""
@@ -131,7 +131,7 @@ def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
     for h in range(HV):
         g = h // r
         oh = np.empty((n, dv), np.float32)
-        head_rows(S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
+        head_rows(S_in[h], S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
                   xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
         if read_out:
             o[:, h] = oh
@@ -162,11 +162,13 @@ def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     return o, conv, S2
 
 
-def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
+def _mixer_rows(proj, n, conv, S_in, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
                 rec_beta, ck_conv, ck_S, out):
     """The mixer between in_proj and out_proj for rows 0..n-1 of one call; the state advances by n.
 
-    Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`;
+    Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`,
+    S written as the state after S_in (the same array for an update in place; a verify's first call
+    reads its snapshot and writes a buffer, so the snapshot costs no copy);
     neg_A, dt_bias [HV]; norm_w [dv]; out [R, HV*dv] (rows >= n are zeroed). rec_* [n, C] / [n, HV]
     receive each row's recurrence inputs, and ck_conv [n, C, K-1], ck_S [n, HV, dk, dv] the state after
     each row (pass arrays with a zero first dimension to skip either).
@@ -204,6 +206,7 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
         if ck_conv.shape[0]:
             ck_conv[t] = conv
     if ck_S.shape[0]:  # the state after every row is wanted: row by row
+        S[:, :, :] = S_in
         for h in range(HV):
             g = h // r  # value head h reads key head h // r
             for t in range(n):
@@ -211,7 +214,7 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
                       o[t, h], True)
                 ck_S[t, h] = S[h]
     else:
-        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True)
+        _heads(S_in, S, alphas, betas, ks, qs, xs, o, r, v0, True)
     for t in range(n):
         for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
             ss = np.float32(0.0)
@@ -238,7 +241,7 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     ks = np.empty((n, n_k_heads, dk), np.float32)
     for t in range(n):
         _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
-    _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
+    _heads(S, S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
 
 
 if nb is not None:

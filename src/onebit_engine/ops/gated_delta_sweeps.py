@@ -21,33 +21,35 @@ except ImportError:  # numba is the optional `fast` extra
     nb = None
 
 
-def _decay_read(Sh, a, k, mem):
-    """Steps 1-2: S *= a; mem += k_i S[i] over i ascending (mem holds the start value). Sh [dk, dv], k [dk]."""
+def _decay_read(Sin, Sh, a, k, mem):
+    """Steps 1-2: S = a * Sin; mem += k_i S[i] over i ascending (mem holds the start value). Sin, Sh
+    [dk, dv] (the same array for an update in place; a verify's first call reads its snapshot), k [dk]."""
     dk, dv = Sh.shape
     i = 0
     while i + 4 <= dk:
         k0, k1, k2, k3 = k[i], k[i + 1], k[i + 2], k[i + 3]
+        i0, i1, i2, i3 = Sin[i], Sin[i + 1], Sin[i + 2], Sin[i + 3]
         r0, r1, r2, r3 = Sh[i], Sh[i + 1], Sh[i + 2], Sh[i + 3]
         for j in range(dv):
             m = mem[j]
-            s = r0[j] * a
+            s = i0[j] * a
             r0[j] = s
             m += k0 * s
-            s = r1[j] * a
+            s = i1[j] * a
             r1[j] = s
             m += k1 * s
-            s = r2[j] * a
+            s = i2[j] * a
             r2[j] = s
             m += k2 * s
-            s = r3[j] * a
+            s = i3[j] * a
             r3[j] = s
             m += k3 * s
             mem[j] = m
         i += 4
     while i < dk:
-        ki, r = k[i], Sh[i]
+        ki, q, r = k[i], Sin[i], Sh[i]
         for j in range(dv):
-            s = r[j] * a
+            s = q[j] * a
             r[j] = s
             mem[j] += ki * s
         i += 1
@@ -178,17 +180,19 @@ def _write_next(Sh, k, mem, a2, k2, nxt):
         i += 1
 
 
-def head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
-    """The delta rule on one value head for rows 0..n-1 in turn, in place: Sh [dk, dv]; alphas, betas [n];
-    ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written. One sweep per row (plus one for
-    row 0's decay and read), each row's write fused with the next row's decay and read."""
+def head_rows(Sin, Sh, alphas, betas, ks, qs, vs, o, read_out):
+    """The delta rule on one value head for rows 0..n-1 in turn: Sh [dk, dv] becomes the state n rows
+    leave after Sin [dk, dv] (pass the same array to update in place; Sin is only read); alphas, betas
+    [n]; ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written. One sweep per row (plus one
+    for row 0's decay and read), each row's write fused with the next row's decay and read."""
     n = alphas.shape[0]
     dv = Sh.shape[1]
     if n == 0:
+        Sh[:, :] = Sin
         return
     mem = np.zeros(dv, np.float32)
     nxt = np.empty(dv, np.float32)
-    _decay_read(Sh, alphas[0], ks[0], mem)
+    _decay_read(Sin, Sh, alphas[0], ks[0], mem)
     for t in range(n):
         b = betas[t]
         for j in range(dv):
