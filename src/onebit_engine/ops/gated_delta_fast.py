@@ -206,7 +206,11 @@ def _mixer_rows(proj, n, conv, S_in, S, w, neg_A, dt_bias, norm_w, eps, n_k_head
         if ck_conv.shape[0]:
             ck_conv[t] = conv
     if ck_S.shape[0]:  # the state after every row is wanted: row by row
-        S[:, :, :] = S_in
+        if S_in.ctypes.data != S.ctypes.data:
+            for h in range(HV):  # explicit loops: a slice assignment here made the whole function ~2x slower
+                for i in range(dk):
+                    for j in range(dv):
+                        S[h, i, j] = S_in[h, i, j]
         for h in range(HV):
             g = h // r  # value head h reads key head h // r
             for t in range(n):

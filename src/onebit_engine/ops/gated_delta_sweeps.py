@@ -21,9 +21,43 @@ except ImportError:  # numba is the optional `fast` extra
     nb = None
 
 
-def _decay_read(Sin, Sh, a, k, mem):
-    """Steps 1-2: S = a * Sin; mem += k_i S[i] over i ascending (mem holds the start value). Sin, Sh
-    [dk, dv] (the same array for an update in place; a verify's first call reads its snapshot), k [dk]."""
+def _decay_read(Sh, a, k, mem):
+    """Steps 1-2 in place: S *= a; mem += k_i S[i] over i ascending (mem holds the start value).
+    Sh [dk, dv], k [dk]."""
+    dk, dv = Sh.shape
+    i = 0
+    while i + 4 <= dk:
+        k0, k1, k2, k3 = k[i], k[i + 1], k[i + 2], k[i + 3]
+        r0, r1, r2, r3 = Sh[i], Sh[i + 1], Sh[i + 2], Sh[i + 3]
+        for j in range(dv):
+            m = mem[j]
+            s = r0[j] * a
+            r0[j] = s
+            m += k0 * s
+            s = r1[j] * a
+            r1[j] = s
+            m += k1 * s
+            s = r2[j] * a
+            r2[j] = s
+            m += k2 * s
+            s = r3[j] * a
+            r3[j] = s
+            m += k3 * s
+            mem[j] = m
+        i += 4
+    while i < dk:
+        ki, r = k[i], Sh[i]
+        for j in range(dv):
+            s = r[j] * a
+            r[j] = s
+            mem[j] += ki * s
+        i += 1
+
+
+def _decay_read_from(Sin, Sh, a, k, mem):
+    """:func:`_decay_read` reading Sin and writing Sh (another array: a verify's first call reads its
+    snapshot). Not for Sin = Sh: the vectorizer's runtime overlap check then falls back to scalar code
+    (a 128 x 128 head, 1 row: 8.4 against 3.6 us) - that case goes to :func:`_decay_read`."""
     dk, dv = Sh.shape
     i = 0
     while i + 4 <= dk:
@@ -187,12 +221,19 @@ def head_rows(Sin, Sh, alphas, betas, ks, qs, vs, o, read_out):
     for row 0's decay and read), each row's write fused with the next row's decay and read."""
     n = alphas.shape[0]
     dv = Sh.shape[1]
+    in_place = Sin.ctypes.data == Sh.ctypes.data
     if n == 0:
-        Sh[:, :] = Sin
+        if not in_place:
+            for i in range(Sh.shape[0]):
+                for j in range(dv):
+                    Sh[i, j] = Sin[i, j]
         return
     mem = np.zeros(dv, np.float32)
     nxt = np.empty(dv, np.float32)
-    _decay_read(Sin, Sh, alphas[0], ks[0], mem)
+    if in_place:
+        _decay_read(Sh, alphas[0], ks[0], mem)
+    else:
+        _decay_read_from(Sin, Sh, alphas[0], ks[0], mem)
     for t in range(n):
         b = betas[t]
         for j in range(dv):
@@ -220,6 +261,7 @@ def head_rows(Sin, Sh, alphas, betas, ks, qs, vs, o, read_out):
 if nb is not None:
     _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
     _decay_read = _jit(_decay_read)
+    _decay_read_from = _jit(_decay_read_from)
     _write_out = _jit(_write_out)
     _write = _jit(_write)
     _write_out_next = _jit(_write_out_next)
