@@ -49,7 +49,7 @@ static inline __attribute__((always_inline)) TARGET_VNNI void tile(int fmt, cons
     for (int64_t s = 0; s < ns; s++) {
         if (R >= (fmt == FMT_INT4 ? PREFETCH_L2_ROWS_VNNI_INT4 : PREFETCH_L2_ROWS_VNNI)) /* constants: no branch */
             __builtin_prefetch(prefetch_addr_vnni(w, s * VB, len, next), 0, 2);
-        else
+        else if (R >= PREFETCH_MIN_ROWS_VNNI)
             __builtin_prefetch(prefetch_addr_vnni(w, s * VB, len, next), 0, 3);
         __m512i v = _mm512_loadu_si512(w + s * VB);
         if (fmt == FMT_INT8) { /* group s; two chains: even steps into a, odd into b */
