@@ -158,13 +158,15 @@ def _print(doc: dict) -> None:
     pb = r["plain_step_bytes"]
     print(f"{c['shape']} {c['format']}: target {c['target_params'] / 1e9:.2f} B parameters ({c['active_params'] / 1e9:.2f} B "
           f"read per token), draft {c['draft_params'] / 1e9:.2f} B; {'reused' if c['folder_reused'] else 'new'} folder {c['folder']}")
-    rows = [(f"plain, {t} thread{'s' * (t > 1)}", r["tokens_per_s"][f"plain_t{t}"], r["read_stream_gb_s"][t]) for t in c["threads"]]
-    rows += [(f"loop, {t} thread{'s' * (t > 1)}", r["tokens_per_s"][f"loop_t{t}"], None) for t in c["threads"]]
-    print(ui.table(["mode", "tok/s (median)", "read stream GB/s"], rows))
+    best = r.get("read_stream_gb_s_max", {})
+    rows = [(f"plain, {t} thread{'s' * (t > 1)}", r["tokens_per_s"][f"plain_t{t}"], r["read_stream_gb_s"][t], best.get(t))
+            for t in c["threads"]]
+    rows += [(f"loop, {t} thread{'s' * (t > 1)}", r["tokens_per_s"][f"loop_t{t}"], None, None) for t in c["threads"]]
+    print(ui.table(["mode", "tok/s (median)", "read stream GB/s (median)", "(fastest)"], rows))
     same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy: {r['mismatches'][:2]}"
     print(f"\nloop / fastest plain: {f(r['speedup_vs_plain'], 2)}x  (draft: {c['profile']}, k={c['k']}); output {same}")
     print(f"plain reads {pb['total'] / 1e9:.2f} GB a token: {f(r['plain_stream_gb_s'], 1)} GB/s, {f(r['plain_bound_share'], 2)} "
-          f"of the read-stream bound ({f(r['bound_tokens_per_s'], 2)} tok/s)")
+          f"of the read-stream bound ({f(r['bound_tokens_per_s'], 2)} tok/s, at the run's fastest read)")
     ph = r["phase_ms"]
     print(f"a round: draft {f(ph['draft'], 1)} + verify {f(ph['verify'], 1)} + commit {f(ph['commit'], 1)} ms; a plain step "
           f"{f(ph['plain_step'], 1)} ms; verify(k+1) / step {f(r['verify_over_plain_step'])}, draft / step "
