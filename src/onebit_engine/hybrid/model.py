@@ -86,19 +86,20 @@ class Target:
         """
         self._check_free(state, "verify")
         toks = self._tokens(tokens, state)
+        start = state.pos
         snapshot = {i: state.hand_over(i) for i, layer in enumerate(self.layers) if layer.kind == "linear_attention"}
-        # the delta-net layers record their rows into the pending record as the run goes by
-        state.pending = VerifyRecord.begin(state.pos, len(toks), snapshot, checkpoints)
         try:
+            # the delta-net layers record their rows into the pending record as the run goes by
+            state.pending = VerifyRecord.begin(start, len(toks), snapshot, checkpoints)
             return self._run(toks, state, head=logits)
         except BaseException:
             # a verify that did not finish leaves nothing to commit and the state as it found it
             for i, snap in snapshot.items():
                 state.layers[i] = snap
             for st in state.layers:
-                if isinstance(st, KVCache) and st.length > state.pending.start_pos:
-                    st.truncate(state.pending.start_pos)
-            state.pos, state.pending = state.pending.start_pos, None
+                if isinstance(st, KVCache) and st.length > start:
+                    st.truncate(start)
+            state.pos, state.pending = start, None
             raise
 
     def commit(self, state: TargetState, accepted_rows: int, *, path: str = "keep", replay_check: bool = False) -> None:

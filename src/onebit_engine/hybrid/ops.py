@@ -166,14 +166,13 @@ def silu_mul_numba(y: np.ndarray) -> np.ndarray:
 
 def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
                    src: GDNLayerState | None = None) -> np.ndarray:
+    if src is not None:  # copied here, just before the mixer, so the mixer finds it in cache
+        np.copyto(st.conv, src.conv)
+        np.copyto(st.recurrent, src.recurrent)
     st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)  # updated in place below
-    S_in = st.recurrent
-    if src is not None:  # the first sweep reads src and writes st: no copy of the recurrent state
-        np.copyto(st.conv, src.conv)  # the conv window is small and advanced in place
-        S_in = np.ascontiguousarray(src.recurrent, dtype=F32)
     rec = rec if rec is not None else RecordedRows.none(st)
     out = np.empty((proj.shape[0], p.n_v_heads * p.dv), F32)
-    gdn_mixer_rows(proj, n, st.conv, S_in, st.recurrent, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
+    gdn_mixer_rows(proj, n, st.conv, st.recurrent, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
                    p.n_k_heads, p.dk, p.dv, rec.mixed, rec.alpha, rec.beta, rec.conv, rec.recurrent, out)
     return out
 

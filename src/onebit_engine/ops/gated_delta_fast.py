@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from .exp_fast import expf
-from .gated_delta_sweeps import head_rows
 
 try:
     import numba as nb
@@ -119,10 +118,73 @@ def _head(Sh, a, b, kg, qg, v, mem, oh, read_out):
                 Sh[i, j] = Sh[i, j] + ki * mem[j]
 
 
-def _heads(S_in, S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
-    """:func:`gated_delta_sweeps.head_rows` on every value head (head h reads key head h // r):
-    S [HV, dk, dv] becomes the state after S_in (the same array: in place); alphas, betas [n, HV];
-    ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv); o [n, HV, dv]. Heads are
+def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
+    """The delta rule on one value head for rows 0..n-1 in turn, in place: Sh [dk, dv]; alphas, betas [n];
+    ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written.
+
+    Row t's write and read-out (steps 4-5) and row t + 1's decay and read (steps 1-2) touch each element of
+    S once, in one sweep: the same operations on the same values in the same order as running
+    :func:`_head` row after row (each element of mem still sums over i in ascending order), so the same
+    bits, with one pass over the head's state per row instead of two."""
+    n = alphas.shape[0]
+    dk, dv = Sh.shape
+    mem = np.zeros(dv, np.float32)
+    nxt = np.empty(dv, np.float32)
+    if n == 0:
+        return
+    a = alphas[0]
+    for i in range(dk):  # row 0: 1. decay, 2. read
+        ki = ks[0, i]
+        for j in range(dv):
+            s = Sh[i, j] * a
+            Sh[i, j] = s
+            mem[j] += ki * s
+    for t in range(n):
+        b = betas[t]
+        for j in range(dv):
+            mem[j] = (vs[t, j] - mem[j]) * b  # 3. delta of row t
+        ot = o[t]
+        for j in range(dv):
+            ot[j] = np.float32(0.0)
+        if t + 1 == n:  # the last row: 4. write, 5. read-out
+            for i in range(dk):
+                ki = ks[t, i]
+                qi = qs[t, i]
+                if read_out:
+                    for j in range(dv):
+                        s = Sh[i, j] + ki * mem[j]
+                        Sh[i, j] = s
+                        ot[j] += qi * s
+                else:
+                    for j in range(dv):
+                        Sh[i, j] = Sh[i, j] + ki * mem[j]
+            return
+        a2 = alphas[t + 1]
+        for j in range(dv):
+            nxt[j] = np.float32(0.0)
+        for i in range(dk):
+            ki = ks[t, i]
+            qi = qs[t, i]
+            k2 = ks[t + 1, i]
+            if read_out:
+                for j in range(dv):
+                    s = Sh[i, j] + ki * mem[j]  # 4. write (row t)
+                    ot[j] += qi * s  # 5. read-out (row t)
+                    s2 = s * a2  # 1. decay (row t + 1)
+                    Sh[i, j] = s2
+                    nxt[j] += k2 * s2  # 2. read (row t + 1)
+            else:
+                for j in range(dv):
+                    s2 = (Sh[i, j] + ki * mem[j]) * a2
+                    Sh[i, j] = s2
+                    nxt[j] += k2 * s2
+        for j in range(dv):
+            mem[j] = nxt[j]
+
+
+def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
+    """:func:`_head_rows` on every value head (head h reads key head h // r): S [HV, dk, dv]; alphas, betas
+    [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv); o [n, HV, dv]. Heads are
     independent. They run on this thread: numba's own threads (prange) fought the host-int kernel's pool for the
     2 cores, whose workers wait spinning between GEMM calls - a 27B plain step took 355 ms with them, 274 ms
     without (and a verify of 8 rows 547 against 440 ms), interleaved on Zen 5."""
@@ -131,8 +193,8 @@ def _heads(S_in, S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
     for h in range(HV):
         g = h // r
         oh = np.empty((n, dv), np.float32)
-        head_rows(S_in[h], S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
-                  xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
+        _head_rows(S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
+                   xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
         if read_out:
             o[:, h] = oh
 
@@ -162,13 +224,11 @@ def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     return o, conv, S2
 
 
-def _mixer_rows(proj, n, conv, S_in, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
+def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
                 rec_beta, ck_conv, ck_S, out):
     """The mixer between in_proj and out_proj for rows 0..n-1 of one call; the state advances by n.
 
-    Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`,
-    S written as the state after S_in (the same array for an update in place; a verify's first call
-    reads its snapshot and writes a buffer, so the snapshot costs no copy);
+    Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`;
     neg_A, dt_bias [HV]; norm_w [dv]; out [R, HV*dv] (rows >= n are zeroed). rec_* [n, C] / [n, HV]
     receive each row's recurrence inputs, and ck_conv [n, C, K-1], ck_S [n, HV, dk, dv] the state after
     each row (pass arrays with a zero first dimension to skip either).
@@ -206,11 +266,6 @@ def _mixer_rows(proj, n, conv, S_in, S, w, neg_A, dt_bias, norm_w, eps, n_k_head
         if ck_conv.shape[0]:
             ck_conv[t] = conv
     if ck_S.shape[0]:  # the state after every row is wanted: row by row
-        if S_in.ctypes.data != S.ctypes.data:
-            for h in range(HV):  # explicit loops: a slice assignment here made the whole function ~2x slower
-                for i in range(dk):
-                    for j in range(dv):
-                        S[h, i, j] = S_in[h, i, j]
         for h in range(HV):
             g = h // r  # value head h reads key head h // r
             for t in range(n):
@@ -218,7 +273,7 @@ def _mixer_rows(proj, n, conv, S_in, S, w, neg_A, dt_bias, norm_w, eps, n_k_head
                       o[t, h], True)
                 ck_S[t, h] = S[h]
     else:
-        _heads(S_in, S, alphas, betas, ks, qs, xs, o, r, v0, True)
+        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True)
     for t in range(n):
         for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
             ss = np.float32(0.0)
@@ -245,7 +300,7 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     ks = np.empty((n, n_k_heads, dk), np.float32)
     for t in range(n):
         _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
-    _heads(S, S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
+    _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
 
 
 if nb is not None:
@@ -254,6 +309,7 @@ if nb is not None:
     _conv4 = _jit(_conv4)
     _prep = _jit(_prep)
     _head = _jit(_head)
+    _head_rows = _jit(_head_rows)
     _heads = _jit(_heads)
     _token = _jit(_token)
     gdn_token_fast = _jit(_token_copy)
