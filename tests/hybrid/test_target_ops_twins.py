@@ -158,9 +158,25 @@ def test_norm_and_silu_mul_twins_agree(d):
     assert a.shape == b.shape == (R, d) and np.max(np.abs(a - b)) <= SILU_RTOL * np.max(np.abs(a))
 
 
+@numba_only
+@pytest.mark.parametrize("seed", range(4))
+def test_moe_combine_twins_agree(seed):
+    """Bitwise: each element is one float32 multiply and one add, pairs in the given order."""
+    from onebit_engine.ops.moe import route, route_plan
+    rng = np.random.default_rng(seed)
+    experts, weights = route(rng.standard_normal((9, 16)).astype(F32) * 3, 4, seed % 2 == 0)
+    _, _, rows, ranks = route_plan(experts, 7 + seed % 3)
+    y = (rng.standard_normal((rows.shape[0], 40)) * 10.0 ** rng.integers(-4, 5, (rows.shape[0], 1))).astype(F32)
+    start = rng.standard_normal((9, 40)).astype(F32)
+    a, b = start.copy(), start.copy()
+    NUMPY_OPS.moe_combine(a, y, rows, ranks, weights)
+    NUMBA_OPS.moe_combine(b, y, rows, ranks, weights)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 PINNED = {"norm": test_norm_and_silu_mul_twins_agree, "silu_mul": test_norm_and_silu_mul_twins_agree,
           "gdn_rows": test_gdn_rows_twins_agree, "gdn_replay": test_gdn_replay_twins_agree,
-          "attention_rows": test_attention_rows_twins_agree}
+          "attention_rows": test_attention_rows_twins_agree, "moe_combine": test_moe_combine_twins_agree}
 
 
 def test_every_op_of_the_table_has_a_twin_test():

@@ -113,7 +113,8 @@ class DecoderLayer:
         sub = "linear_attn." if self.kind == "linear_attention" else "self_attn."
         self.mixer = mixer(cfg, w, p + sub, i, lin, fused, ops)
         if cfg.is_sparse(i):
-            self.mlp = MoeMLP(cfg.moe, p + "mlp.", lin, lambda q: DenseMLP(q, lin, fused, ops), row_set, row_invariant)
+            self.mlp = MoeMLP(cfg.moe, p + "mlp.", lin, lambda q: DenseMLP(q, lin, fused, ops), row_set, row_invariant,
+                              ops)
         else:
             self.mlp = DenseMLP(p + "mlp.", lin, fused, ops)
         self.in_norm = np.ascontiguousarray(w[p + "input_layernorm.weight"], dtype=F32)

@@ -22,6 +22,8 @@ from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
 from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
 from ..ops.kv_cache import KVCache
+from ..ops.moe import combine_numpy
+from ..ops.moe_fast import combine as combine_fast
 from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from ..ops.norm_fast import rms_norm_rows, silu_mul
 from ..ops.op_sets import resolve_ops_name
@@ -90,6 +92,9 @@ class TargetOps:
     gdn_replay: Callable[[GDNLayerState, np.ndarray, np.ndarray, np.ndarray, GDNParams], None]
     # qkv [R, 2*H*hd + 2*HKV*hd], n, cache, position of row 0, params -> [R, H*hd]
     attention_rows: Callable[[np.ndarray, int, KVCache, int, AttentionParams], np.ndarray]
+    # a sparse block's combine, in place: out [R, D] += weights[row, rank] * y [P, D] pair by pair
+    # (rows, ranks [P]: ``ops.moe.route_plan``'s order) -> None
+    moe_combine: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 # -- the numpy twins ------------------------------------------------------------------------------
@@ -148,7 +153,8 @@ def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> n
     return y
 
 
-NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy)
+NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy,
+                      combine_numpy)
 
 
 # -- the compiled table: thin wrappers that allocate the outputs ------------------------------------
@@ -201,7 +207,8 @@ def _owned(a: np.ndarray) -> np.ndarray:
     return np.array(a, dtype=F32, order="C")
 
 
-NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba)
+NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba,
+                      combine_fast)
 
 
 def resolve_ops(name: "str | TargetOps") -> TargetOps:

@@ -40,6 +40,29 @@ def routed_rows(experts: np.ndarray, n: int) -> dict[int, tuple[np.ndarray, np.n
     return out
 
 
+def route_plan(experts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`routed_rows` as flat arrays, in a few numpy calls instead of two per expert. Shapes: experts
+    [R, top_k] -> ids int64 [m] (the distinct experts of the first ``n`` rows, ascending), offsets [m + 1],
+    rows and ranks int64 [n * top_k]: expert ``ids[j]``'s (row, rank) pairs are ``offsets[j]:offsets[j+1]``,
+    rows ascending - the pairs routed_rows gives, in its order (a row never picks one expert twice)."""
+    chosen = np.asarray(experts[:n]).reshape(-1)
+    order = np.argsort(chosen, kind="stable")  # flat index row * top_k + rank: rows ascending within an expert
+    rows, ranks = np.divmod(order, experts.shape[1])
+    ids, counts = np.unique(chosen, return_counts=True)
+    offsets = np.zeros(ids.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return ids.astype(np.int64, copy=False), offsets, rows.astype(np.int64, copy=False), ranks.astype(np.int64, copy=False)
+
+
+def combine_numpy(out: np.ndarray, y: np.ndarray, rows: np.ndarray, ranks: np.ndarray, weights: np.ndarray) -> None:
+    """``out[rows[p]] += weights[rows[p], ranks[p]] * y[p]`` for p = 0, 1, ... in turn, in place: with the
+    pairs of :func:`route_plan` each row sums its experts in ascending id. Shapes: out [R, D]; y [P, D];
+    rows, ranks [P]; weights float32 [R, top_k]. The slow twin of ``moe_fast.combine``."""
+    for p in range(rows.shape[0]):
+        r = rows[p]
+        out[r] += weights[r, ranks[p]] * y[p]
+
+
 def routing_margins(logits: np.ndarray, top_k: int) -> np.ndarray:
     """Shapes: logits [n, E] -> float64 [n, 2]: per row, the router-logit gap between the top_k-th and the
     (top_k + 1)-th largest logit (inf when every expert is chosen; the softmax keeps the order, so this is
