@@ -44,7 +44,9 @@ def linears(obj, seen=None):
     if isinstance(obj, Linear):
         yield obj
         return
-    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else getattr(obj, "__dict__", {}).values()
+    attrs = getattr(obj, "__dict__", None)  # a compiled function's may be no dict: nothing to walk there
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else (
+        attrs.values() if isinstance(attrs, dict) else ())
     for v in items:
         yield from linears(v, seen)
 
