@@ -34,7 +34,8 @@ STREAM_READS = 5  # timed reads of the stream per repeat; the fastest counts
 
 
 def linears(obj, seen=None):
-    """Every ``gemm.Linear`` reachable from ``obj`` through attributes, lists, tuples and dicts."""
+    """Every ``gemm.Linear`` reachable from ``obj`` through lists, tuples, dicts and the attributes of the
+    engine's own objects (never into a library's: a compiled function's object graph is large and imports)."""
     from ..gemm import Linear
 
     seen = set() if seen is None else seen
@@ -44,9 +45,15 @@ def linears(obj, seen=None):
     if isinstance(obj, Linear):
         yield obj
         return
-    attrs = getattr(obj, "__dict__", None)  # a compiled function's may be no dict: nothing to walk there
-    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else (
-        attrs.values() if isinstance(attrs, dict) else ())
+    if isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        items = obj
+    elif type(obj).__module__.startswith("onebit_engine."):  # the model's own parts, not a library's object graph
+        attrs = getattr(obj, "__dict__", None)
+        items = attrs.values() if isinstance(attrs, dict) else ()
+    else:
+        return
     for v in items:
         yield from linears(v, seen)
 
