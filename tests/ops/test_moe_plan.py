@@ -1,7 +1,7 @@
-"""The sparse block's flat routing (``ops.moe.route_plan``) against the per-expert dict it replaces
-(``routed_rows``), and both tables' combine against the per-expert loop it replaces, bit for bit (the twins
-against each other: tests/hybrid/test_target_ops_twins.py); the one SwiGLU call over every routed pair's
-gate/up output against one call per expert, on both op tables."""
+"""The sparse block's flat routing (``ops.moe.route_plan``) against a per-expert ``np.nonzero`` reference (the
+dict the block used before), and both tables' combine against the per-expert loop it replaced, bit for bit
+(the twins against each other: tests/hybrid/test_target_ops_twins.py); the one SwiGLU call over every routed
+pair's gate/up output against one call per expert, on both op tables."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +10,16 @@ from hypothesis import given, settings, strategies as st
 
 from onebit_engine.hybrid.ops import NUMBA_OPS, NUMPY_OPS
 from onebit_engine.ops import op_sets
-from onebit_engine.ops.moe import combine_numpy, route, route_plan, routed_rows
+from onebit_engine.ops.moe import combine_numpy, route, route_plan
 
 numba_only = pytest.mark.skipif(not op_sets.numba_installed(), reason="numba is not installed (the fast extra)")
 F32 = np.float32
+
+
+def routed_rows(experts, n):
+    """The reference: expert id -> (rows, top-k ranks) among the first n rows that chose it, rows ascending,
+    experts in ascending id - two numpy calls per expert, obviously right."""
+    return {int(e): np.nonzero(experts[:n] == e) for e in np.unique(experts[:n])}
 
 
 def _experts(rng, r, e, k):
@@ -44,7 +50,7 @@ def _case(seed, r=9, e=12, k=3, d=33):
 
 
 def _old_combine(out, experts, weights, y, n):
-    """The per-expert numpy loop the sparse block ran before (and still runs ungrouped)."""
+    """The per-expert numpy loop the sparse block ran before."""
     p = 0
     for rows, ranks in routed_rows(experts, n).values():
         out[rows] += weights[rows, ranks][:, None] * y[p:p + rows.shape[0]]

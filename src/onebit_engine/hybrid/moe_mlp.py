@@ -14,9 +14,10 @@ one per distinct expert (measured in tests/bench/test_bench_moe.py).
 On a ``row_invariant`` backend the grouped block runs every expert's gate/up projection (and the shared
 expert's and its gate) as one backend call and every down projection as another (``gemm.run_many``: the bits
 of a call each, tested). Why: a 35B-A3B token runs 9 experts in each of 40 layers, ~720 small products, and
-paid the thread pool's wake and join and Python's call cost on every one. Around them it moves the routed
-pairs as flat arrays through one SwiGLU call and the op table's combine (``moe_combine``) instead of numpy
-calls per expert: ~39 ms of a 35B-A3B verify of 8 rows (~57 experts a layer) went there.
+paid the thread pool's wake and join and Python's call cost on every one. Around them the routed pairs
+travel as flat arrays (``ops.moe.route_plan``), through one SwiGLU call, and every path adds them into their
+rows with the op table's ``moe_combine``: numpy calls per expert had cost ~39 ms of a 35B-A3B verify of 8
+rows (~57 experts a layer).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..gemm.base import run_many
-from ..ops.moe import route, route_plan, routed_rows, routing_margins
+from ..ops.moe import route, route_plan, routing_margins
 from ..ops.norm import sigmoid
 from .moe_config import MoeConfig
 from .ops import TargetOps
@@ -56,28 +57,31 @@ class MoeMLP:
         experts, weights = route(logits, self.moe.num_experts_per_tok, self.moe.norm_topk_prob)
         if self.margins is not None:
             self.margins.append(routing_margins(logits[:n], self.moe.num_experts_per_tok))
-        if self.grouped and self.row_invariant:
-            return self._together(h, n, experts, weights)
-        out = np.zeros_like(h)
-        hits = routed_rows(experts, n)
-        if self.trace is not None:
-            self.trace.append(tuple(hits))
-        ys = [self._expert(e, h[rows]) if self.grouped else np.concatenate([self._expert(e, h[r : r + 1]) for r in rows])
-              for e, (rows, _) in hits.items()]
-        shared = sigmoid(self.shared_gate(h)) * self.shared(h) if self.shared is not None else None
-        for y, (rows, ranks) in zip(ys, hits.values()):  # ascending expert id: each row's fixed summation order
-            out[rows] += weights[rows, ranks][:, None] * y
-        return out if shared is None else out + shared
-
-    def _together(self, h: np.ndarray, n: int, experts: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """Each routed expert on its rows and the gated shared expert on all of h, the gate/up projections in
-        one backend call and the down projections in another (the ``DenseMLP`` math, step for step); the
-        routed pairs travel as flat arrays (``route_plan``): one gather, one SwiGLU call over every pair's
-        gate/up output (elementwise), one compiled combine - the loop above's bits, pair for pair."""
-        ids, offsets, rows, ranks = route_plan(experts, n)
+        # every (row, expert) pair of the real rows, expert by expert (ascending id), rows ascending
+        ids, cuts, rows, ranks = route_plan(experts, n)
         if self.trace is not None:
             self.trace.append(tuple(ids.tolist()))
-        cuts = offsets.tolist()
+        run = self._together if self.grouped and self.row_invariant else self._apart
+        y, shared = run(h, ids, cuts.tolist(), rows)  # y [P, D]: pair p's expert output, in the plan's order
+        out = np.zeros_like(h)
+        if ids.size:  # each row sums its experts in ascending id: an order that depends on the row alone
+            self.ops.moe_combine(out, y, rows, ranks, weights)
+        return out if shared is None else out + shared
+
+    def _apart(self, h: np.ndarray, ids: np.ndarray, cuts: list, rows: np.ndarray):
+        """A call per expert on its rows in row sets (``grouped``) or a call per (row, expert) pair; the
+        shared expert on all of h. -> (y [P, D], gated shared output or None)."""
+        segs = [rows[a:b] for a, b in zip(cuts, cuts[1:])]
+        ys = [self._expert(e, h[r]) if self.grouped else np.concatenate([self._expert(e, h[i : i + 1]) for i in r])
+              for e, r in zip(ids.tolist(), segs)]
+        shared = sigmoid(self.shared_gate(h)) * self.shared(h) if self.shared is not None else None
+        return (np.concatenate(ys) if ys else None), shared
+
+    def _together(self, h: np.ndarray, ids: np.ndarray, cuts: list, rows: np.ndarray):
+        """Each routed expert on its rows and the gated shared expert on all of h, the gate/up projections in
+        one backend call and the down projections in another (the ``DenseMLP`` math, step for step), the
+        SwiGLU gate once over every pair (elementwise: the bits of a call per expert, tested).
+        -> (y [P, D], gated shared output or None)."""
         x = h[rows]  # [P, D]: the rows of every (row, expert) pair, expert by expert
         xs = [x[a:b] for a, b in zip(cuts, cuts[1:])]
         mlps = [self.experts[e] for e in ids.tolist()]
@@ -88,10 +92,8 @@ class MoeMLP:
         acts = self.ops.silu_mul(np.concatenate(ups[:m])) if m else None  # [P, I]
         ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])] + [self.ops.silu_mul(ups[m]) for _ in shared]
         ys = run_many([e.down for e in mlps + shared], ins)
-        out = np.zeros_like(h)
-        if m:
-            self.ops.moe_combine(out, np.concatenate(ys[:m]), rows, ranks, weights)
-        return out if self.shared is None else out + sigmoid(ups[-1]) * ys[-1]
+        y = np.concatenate(ys[:m]) if m else None
+        return y, (sigmoid(ups[-1]) * ys[-1] if shared else None)
 
     def _expert(self, e: int, x: np.ndarray) -> np.ndarray:
         """Expert ``e`` on rows x [m, D], padded to whole row sets as the dense MLP's input is."""

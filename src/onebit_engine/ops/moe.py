@@ -30,21 +30,11 @@ def route(logits: np.ndarray, top_k: int, norm_topk_prob: bool) -> tuple[np.ndar
     return experts, w.astype(F32, copy=False)
 
 
-def routed_rows(experts: np.ndarray, n: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Expert id -> (rows, top-k ranks) among the first ``n`` rows that chose it, rows ascending;
-    experts in ascending id (dict order)."""
-    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for e in np.unique(experts[:n]):
-        rows, ranks = np.nonzero(experts[:n] == e)
-        out[int(e)] = (rows, ranks)
-    return out
-
-
 def route_plan(experts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`routed_rows` as flat arrays, in a few numpy calls instead of two per expert. Shapes: experts
-    [R, top_k] -> ids int64 [m] (the distinct experts of the first ``n`` rows, ascending), offsets [m + 1],
-    rows and ranks int64 [n * top_k]: expert ``ids[j]``'s (row, rank) pairs are ``offsets[j]:offsets[j+1]``,
-    rows ascending - the pairs routed_rows gives, in its order (a row never picks one expert twice)."""
+    """Who runs which rows, as flat arrays. Shapes: experts [R, top_k] -> ids int64 [m] (the distinct experts
+    of the first ``n`` rows, ascending), offsets [m + 1], rows and ranks int64 [n * top_k]: expert ``ids[j]``'s
+    (row, top-k rank) pairs are ``offsets[j]:offsets[j+1]``, rows ascending (a row never picks one expert
+    twice). Pinned to a per-expert ``np.nonzero`` reference in tests/ops/test_moe_plan.py."""
     chosen = np.asarray(experts[:n]).reshape(-1)
     order = np.argsort(chosen, kind="stable")  # flat index row * top_k + rank: rows ascending within an expert
     rows, ranks = np.divmod(order, experts.shape[1])
