@@ -171,8 +171,10 @@ def render(docs: dict) -> str:
         r = docs[key]["results"]
         same = "identical to plain" if r["identical_to_plain"] else "**DIFFERS from plain**"
         target = {"27b": ">= 2.5", "27b-seed": ">= 4.5", "08b": ">= 2.0", "08b-seed": ">= 3.0", "35b": "measured"}[key]
+        roof = r.get("roofline") or {}
+        ceiling = (f"; this run's ceiling {_f(roof['loop_ceiling_vs_plain'])}" if roof.get("loop_ceiling_vs_plain") else "")
         lines.append(f"| {label} | loop / fastest plain | **{_f(r['speedup_vs_plain'])}** ({_f(r['loop_tokens_per_s'])} vs "
-                     f"{_f(r['plain_tokens_per_s'])} tok/s; {_f(r['tokens_per_round'])} tokens a round; {same}) | {target} |")
+                     f"{_f(r['plain_tokens_per_s'])} tok/s; {_f(r['tokens_per_round'])} tokens a round; {same}{ceiling}) | {target} |")
         if key in ("27b", "35b"):
             t2 = r["tokens_per_s"].get("plain_t2")
             best = r.get("read_stream_gb_s_max") or r["read_stream_gb_s"]  # older JSON: the medians
@@ -183,12 +185,23 @@ def render(docs: dict) -> str:
                          f"{r['plain_step_bytes']['total'] / 1e9:.2f} GB a token, fastest stream read {_f(s2, 1)} GB/s) | "
                          f"{'>= 0.85' if key == '27b' else '>= 0.7'} |")
         if key == "27b":
+            floors = (f" (floors in this run: {_f(roof['verify_floor_over_plain_step'])}; {_f(roof['draft_floor_over_plain_step'])})"
+                      if roof.get("verify_floor_over_plain_step") else "")
             lines.append(f"| {label} | verify(8) / plain step; draft round / plain step | **{_f(r['verify_over_plain_step'])}; "
-                         f"{_f(r['draft_over_plain_step'])}** | <= 1.35; <= 0.15 |")
+                         f"{_f(r['draft_over_plain_step'])}**{floors} | <= 1.35; <= 0.15 |")
     if "kernel" in docs:
         d = docs["kernel"]
         lines.append(f"| int8 4096 x 4096 kernel (`{d.get('path', '?')}`), 1 thread, cold weights | 8 rows / 1 row | "
                      f"**{_f(d.get('int8_t1_r8_over_r1'))}** | <= 1.30 |")
+    rates = {k: docs[k]["results"]["roofline"] for k in BENCH if k in docs and (docs[k]["results"].get("roofline") or {}).get("gmac_s")}
+    if rates:
+        lo, hi = min(x["gmac_s"] for x in rates.values()), max(x["gmac_s"] for x in rates.values())
+        lines += ["", f"A ceiling is the most the loop could give over the plain decoding measured beside it if its verify "
+                  f"and draft round took only their floors: the larger of their multiply-adds at the backend's rate "
+                  f"(measured in the same run, {lo:.0f}-{hi:.0f} G multiply-adds a second at 8 rows on a cache-resident "
+                  f"weight) and their weight bytes at the run's fastest stream read; attention, the delta rule, the commit "
+                  f"and Python not counted (`results.roofline` in each JSON; docs/loop.md, \"Ceilings\"). A target above "
+                  f"its row's ceiling is out of reach of any engine on this machine in that run."]
     if "regime" in docs:
         lines += ["", regime_table(docs["regime"]["points"])]
     lines += ["", "Per-phase milliseconds, peak RSS and every other figure of each row are in its JSON "

@@ -172,6 +172,12 @@ def _print(doc: dict) -> None:
           f"{f(ph['plain_step'], 1)} ms; verify(k+1) / step {f(r['verify_over_plain_step'])}, draft / step "
           f"{f(r['draft_over_plain_step'])}; {f(r['tokens_per_round'])} tokens a round (profile: "
           f"{f(r['expected_tokens_per_round'])})")
+    roof = r.get("roofline") or {}
+    if roof.get("loop_ceiling_vs_plain"):
+        print(f"ceiling on this machine now: {f(roof['loop_ceiling_vs_plain'], 2)}x (a verify takes at least "
+              f"{f(roof['verify_floor_ms'], 1)} ms, {roof['verify_bound_by']}-bound at {f(roof['gmac_s'], 0)} G multiply-adds/s "
+              f"and {f(roof['stream_gb_s'], 1)} GB/s; a draft round {f(roof['draft_floor_ms'], 1)} ms); the loop reached "
+              f"{f(roof.get('speedup_share_of_ceiling'), 2)} of it")
     p = doc["provenance"]
     print(f"peak RSS {resources.gib(r['peak_rss_bytes'])}; {p['host'].get('cpu')} [{' '.join(p['cpu_vector_flags'])}]; "
           f"kernel {p['kernel']}, git {p['git_revision']}")

@@ -6,13 +6,16 @@
 * the loop at each thread count, its draft an :class:`~.oracle.OracleDraft` (the real draft's whole cost,
   the target's own tokens at the declared acceptance profile), output checked against plain decoding;
 * a read stream at each thread count (``membw.ReadStream``): the machine's memory bandwidth now, the
-  bound of a decode step that must read every weight.
+  bound of a decode step that must read every weight;
+* the backend's multiply-add rate at k + 1 rows (``roofline.MacRate``): the bound of a verify's compute.
 
 Figures: ``speedup_vs_plain`` (the fastest loop over the fastest plain decoding), ``plain_bound_share``
 (plain tokens/s over the bound ``stream GB/s / bytes one plain step reads``, the stream at the fastest read
 of the run: a shared VM's memory moves between ~30 and ~55 GB/s from one minute to the next, and a median
 stream let plain decoding that ran in a fast minute show 1.2x its "bound"), per-phase milliseconds,
-tokens per round, ``identical_to_plain``, ``peak_rss_bytes``, ``huge_page_bytes``. A figure that could not be measured is None
+tokens per round, ``identical_to_plain``, ``peak_rss_bytes``, ``huge_page_bytes``, and ``roofline``: the floors
+of a verify and a draft round on this machine and the loop's ceiling over the plain decoding measured
+(``roofline.ceilings``). A figure that could not be measured is None
 with its reason, never NaN.
 """
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..errors import ConfigError
 from .membw import ReadStream
 from .procfs import huge_page_bytes
 from .oracle import OracleDraft, Profile
+from .roofline import MacRate, active_sum, ceilings, draft_round, linear_macs
 
 STREAM_BYTES = 1 << 30  # well past any last-level cache
 STREAM_READS = 5  # timed reads of the stream per repeat; the fastest counts
@@ -63,20 +67,10 @@ def packed_bytes(lin) -> int:
 
 
 def step_bytes(target) -> dict[str, int]:
-    """Bytes one plain step reads: every projection's packed weights (a sparse block: the router, the shared
-    expert and top-k of its experts, all experts being one size), the embedding row, and the delta-net
+    """Bytes one plain step reads: every projection's packed weights (``roofline.active_sum``: of a sparse
+    block the router, the shared expert and top-k of its experts), the embedding row, and the delta-net
     states and KV caches it reads (``state`` at an empty context: the recurrent and conv states)."""
-    weights = 0
-    for layer in target.layers:
-        mlp = getattr(layer, "mlp", None)
-        experts = getattr(mlp, "experts", None)
-        skip = set()
-        if experts:
-            per = [sum(packed_bytes(x) for x in linears(e)) for e in experts]
-            weights += int(np.mean(per) * mlp.moe.num_experts_per_tok)
-            skip = {id(x) for e in experts for x in linears(e)}
-        weights += sum(packed_bytes(x) for x in linears(layer) if id(x) not in skip)
-    weights += packed_bytes(target.lm_head)
+    weights = active_sum(target, packed_bytes)
     state = sum(int(getattr(s, "recurrent", np.zeros(0)).nbytes + getattr(s, "conv", np.zeros(0)).nbytes)
                 for s in target.new_state().layers)
     row = target.config.hidden_size * 4
@@ -107,7 +101,8 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
     buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
     lib = getattr(target.backend, "_native", None)  # the host-int library: its own read loop, on its own pool
     streams = {t: ReadStream(threads=t, buf=buf, native=lib) for t in threads}
-    variants = [(kind, t) for t in threads for kind in ("plain", "loop", "stream")]
+    macs = MacRate(target.backend, k + 1, seed=seed)
+    variants = [(kind, t) for t in threads for kind in ("plain", "loop", "stream", "compute")]
     rates: dict = {v: [] for v in variants}
     rounds: dict[int, list] = {t: [] for t in threads}
     mismatches: list[dict] = []
@@ -116,7 +111,9 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
         order_rng.shuffle(variants)
         for kind, t in variants:
             set_threads(t)
-            if kind == "stream":
+            if kind == "compute":
+                rates[(kind, t)].append(macs.gmac_s())
+            elif kind == "stream":
                 s = streams[t]
                 s.seconds()  # one untimed pass: the pool's threads awake, the buffer's pages hot in the TLB
                 # a bound is the best the machine does: the fastest of a few reads (one 1 GiB read takes ~25 ms
@@ -138,7 +135,7 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
                 progress(1)
     for s in streams.values():
         s.close()
-    out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth)
+    out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft)
     out["peak_rss_bytes"], out["stream_buffer_bytes"], out["huge_page_bytes"] = peak_rss, stream_bytes, huge
     return out
 
@@ -148,8 +145,8 @@ def _median(xs) -> "float | None":
     return float(np.median(xs)) if xs else None
 
 
-def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth) -> dict[str, Any]:
-    med = {f"{kind}_t{t}": _median(rates[(kind, t)]) for (kind, t) in rates}
+def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft=None) -> dict[str, Any]:
+    med = {f"{kind}_t{t}": _median(rates[(kind, t)]) for (kind, t) in rates if kind != "compute"}
     reasons: dict[str, str] = {}
     plain_t = max(threads, key=lambda t: med[f"plain_t{t}"] or 0.0)
     loop_t = max(threads, key=lambda t: med[f"loop_t{t}"] or 0.0)
@@ -172,6 +169,16 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth) -> di
               "commit": mean([r.commit_ms for r in rs]), "round": mean([r.total_ms for r in rs])}
     full = [r for r in rs if r.proposed == k]
     bound = ratio(stream * 1e9 if stream else None, sb["total"], "bound_tokens_per_s", "no read stream measured")
+    gmac = {t: max(rates.get(("compute", t), []), default=None) for t in threads}  # the fastest, like the stream
+    tokens_per_round = mean([r.emitted for r in rs])
+    roof = None
+    if draft is not None:
+        roof = ceilings(k=k, step_macs=active_sum(target, linear_macs), step_bytes=sb["total"],
+                        draft_macs=draft_round(draft, linear_macs), draft_bytes=draft_round(draft, packed_bytes),
+                        gmac_s=gmac.get(loop_t), stream_gb_s=stream, tokens_per_round=tokens_per_round,
+                        plain_tokens_per_s=plain, plain_step_ms=same_t_step)
+        if spec and roof.get("loop_ceiling_vs_plain"):
+            roof["speedup_share_of_ceiling"] = spec / plain / roof["loop_ceiling_vs_plain"]
     return {
         "speedup_vs_plain": ratio(spec, plain, "speedup_vs_plain", "plain decoding ran at 0 tokens/s"),
         "plain_tokens_per_s": plain, "loop_tokens_per_s": spec,
@@ -188,7 +195,9 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth) -> di
         "verify_over_plain_step": ratio(mean([r.verify_ms for r in full]), same_t_step, "verify_over_plain_step",
                                         "no full-width round or no plain step"),
         "draft_over_plain_step": ratio(phases["draft"], same_t_step, "draft_over_plain_step", "no round or no plain step"),
-        "tokens_per_round": mean([r.emitted for r in rs]),
+        "tokens_per_round": tokens_per_round,
+        "multiply_add_gmac_s": gmac,  # the backend's GEMM at k + 1 rows, cache-resident weight: fastest of the run
+        "roofline": roof,
         "expected_tokens_per_round": prof.expected_tokens(),
         "acceptance_by_position": _by_position(rs, k),
         "rounds": len(rs),
