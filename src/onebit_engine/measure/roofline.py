@@ -7,7 +7,9 @@ of 8 rows is ~205 G multiply-adds). A loop / plain target can then be out of any
 machine, and the run should say so: ``ceilings`` takes the time a verify and a draft round *must* take -
 the larger of their multiply-adds at the measured rate and their weight bytes at the run's fastest stream
 read - and gives the most the loop could yield over the plain decoding measured beside it. Attention, the
-delta rule, the commit and Python are not counted, so it is a ceiling, not an estimate.
+delta rule, the commit and Python are not counted, and the rate is the run's best per-thread rate times the
+loop's threads (no thread pool's cost: 2 threads measured ~1.8x one on the probe's weight, while a 27B
+verify's large products got ~1.9x), so it is a ceiling, not an estimate.
 """
 from __future__ import annotations
 

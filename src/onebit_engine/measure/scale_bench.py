@@ -170,12 +170,13 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
     full = [r for r in rs if r.proposed == k]
     bound = ratio(stream * 1e9 if stream else None, sb["total"], "bound_tokens_per_s", "no read stream measured")
     gmac = {t: max(rates.get(("compute", t), []), default=None) for t in threads}  # the fastest, like the stream
+    per_thread = max((gmac[t] / t for t in threads if gmac[t]), default=None)
     tokens_per_round = mean([r.emitted for r in rs])
     roof = None
     if draft is not None:
         roof = ceilings(k=k, step_macs=active_sum(target, linear_macs), step_bytes=sb["total"],
                         draft_macs=draft_round(draft, linear_macs), draft_bytes=draft_round(draft, packed_bytes),
-                        gmac_s=gmac.get(loop_t), stream_gb_s=stream, tokens_per_round=tokens_per_round,
+                        gmac_s=per_thread * loop_t if per_thread else None, stream_gb_s=stream, tokens_per_round=tokens_per_round,
                         plain_tokens_per_s=plain, plain_step_ms=same_t_step)
         if spec and roof.get("loop_ceiling_vs_plain"):
             roof["speedup_share_of_ceiling"] = spec / plain / roof["loop_ceiling_vs_plain"]
