@@ -113,7 +113,8 @@ def regime_point(hidden: int, cache: Path, repeats: int) -> dict:
     from onebit_engine.hybrid.synthetic import tiny_config
     from onebit_engine.measure.oracle import profile
     from onebit_engine.measure.resources import last_level_cache_bytes
-    from onebit_engine.measure.scale_bench import packed_bytes, run_scale_bench
+    from onebit_engine.measure.scale_bench import run_scale_bench
+    from onebit_engine.measure.walk import packed_bytes
     from onebit_engine.synth.folder import synthesize
     from onebit_engine.synth.shapes import Shape, _scaled_draft
 
@@ -198,8 +199,8 @@ def render(docs: dict) -> str:
         lo, hi = min(x["gmac_s"] for x in rates.values()), max(x["gmac_s"] for x in rates.values())
         lines += ["", f"A ceiling is the most the loop could give over the plain decoding measured beside it if its verify "
                   f"and draft round took only their floors: the larger of their multiply-adds at the backend's rate "
-                  f"(measured in the same run, {lo:.0f}-{hi:.0f} G multiply-adds a second at 8 rows on a cache-resident "
-                  f"weight) and their weight bytes at the run's fastest stream read; attention, the delta rule, the commit "
+                  f"(its GEMM at 8 rows on a cache-resident weight, timed in the same run: the best per-thread rate times "
+                  f"the loop's threads, {lo:.0f}-{hi:.0f} G multiply-adds a second) and their weight bytes at the run's fastest stream read; attention, the delta rule, the commit "
                   f"and Python not counted (`results.roofline` in each JSON; docs/loop.md, \"Ceilings\"). A target above "
                   f"its row's ceiling is out of reach of any engine on this machine in that run."]
     if "regime" in docs:

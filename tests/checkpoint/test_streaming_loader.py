@@ -23,7 +23,7 @@ from onebit_engine.hybrid.config import TargetConfig
 from onebit_engine.hybrid.moe_config import MoeConfig
 from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 from onebit_engine.hybrid.weights import check_and_map
-from onebit_engine.measure.scale_bench import linears
+from onebit_engine.measure.walk import linears
 from onebit_engine.quant import concat_rows, load_quantized, quantize_weight
 from onebit_engine.quant import rows as quant_rows
 from onebit_engine.quant.formats import QuantWeight

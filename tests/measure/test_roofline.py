@@ -12,7 +12,8 @@ from onebit_engine import load_draft, load_target
 from onebit_engine.gemm import Linear, get_backend
 from onebit_engine.measure.oracle import profile
 from onebit_engine.measure.roofline import WEIGHT_SHAPE, MacRate, active_sum, ceilings, draft_round, linear_macs
-from onebit_engine.measure.scale_bench import _summarize, linears, packed_bytes, step_bytes
+from onebit_engine.measure.scale_bench import _summarize, step_bytes
+from onebit_engine.measure.walk import linears, packed_bytes
 from onebit_engine.synth import SHAPES
 from onebit_engine.synth.folder import synthesize
 
@@ -93,10 +94,10 @@ class _TimedBackend:
 
 def test_the_rate_is_the_products_multiply_adds_over_the_fastest_call():
     # an untimed first call, then a slow one (a cold cache, a busy core), then steady ones
-    rate = MacRate(_TimedBackend([0.0, 0.1, 0.05, 0.02]), rows=8).gmac_s()
-    n, k = WEIGHT_SHAPE
-    assert rate == pytest.approx(8 * n * k / 0.02 / 1e9, rel=0.25)  # sleep overshoots a little, never undershoots
-    assert rate <= 8 * n * k / 0.02 / 1e9
+    rate = MacRate(_TimedBackend([0.0, 0.2, 0.1, 0.02]), rows=8).gmac_s()
+    work = 8 * WEIGHT_SHAPE[0] * WEIGHT_SHAPE[1] / 1e9
+    # a sleep overshoots (more on a busy machine), never undershoots; the slow calls must not count
+    assert work / 0.08 < rate <= work / 0.02
 
 
 def test_summary_carries_the_ceiling_and_the_share_of_it(pair):

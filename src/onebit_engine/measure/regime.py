@@ -69,7 +69,8 @@ def weight_bytes(target, draft=None) -> int:
     """Bytes of weights one speculative round reads: every GEMM weight of the target (for a mixture of
     experts: top-k of its experts) and of the draft, each counted once (the draft shares the target's
     lm_head), as the backend holds them (packed codes and scales on host-int)."""
-    from .scale_bench import linears, packed_bytes, step_bytes
+    from .scale_bench import step_bytes
+    from .walk import linears, packed_bytes
 
     total = step_bytes(target)["weights"]
     if draft is not None:
@@ -118,7 +119,7 @@ def lazy_logits(target, root: Path = SYSFS_CACHE) -> bool:
     rows at a time, where the lm_head's weights fit in the last-level cache (each row costs compute: skip the
     rows past the first rejection); all rows in one call where they stream from memory (one pass over them
     instead of up to three). True where the cache size is unknown (the engine's default)."""
-    from .scale_bench import packed_bytes
+    from .walk import packed_bytes
 
     size = last_level_cache(root).size
     head = getattr(target, "lm_head", None)

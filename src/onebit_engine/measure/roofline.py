@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .walk import linears
+
 WEIGHT_SHAPE = (2048, 4096)  # 8 M weights: in the last-level cache (4-8 MiB packed), out of a core's L2
 CALLS = 12  # timed calls per measurement; the fastest counts (as the stream's fastest read does)
 
@@ -30,8 +32,6 @@ def linear_macs(lin) -> int:
 def active_sum(target, size: Callable[[Any], int]) -> int:
     """``size`` summed over the projections one token runs: every layer's (of a sparse block the router,
     the shared expert and top-k of its experts, all experts being one size) and the lm_head."""
-    from .scale_bench import linears
-
     total = 0
     for layer in target.layers:
         mlp = getattr(layer, "mlp", None)
@@ -49,8 +49,6 @@ def draft_round(draft, size: Callable[[Any], int]) -> tuple[int, int]:
     """``size`` of a draft round's projections as (its layers, its lm_head): a round runs the layers on the
     block's k + 1 rows and the lm_head on the k drafted rows. The context update (fc and the context's keys
     and values over the accepted rows) is left out: a floor."""
-    from .scale_bench import linears
-
     return sum(size(x) for x in linears(draft.layers)), size(draft.lm_head)
 
 
