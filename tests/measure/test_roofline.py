@@ -11,7 +11,7 @@ import pytest
 from onebit_engine import load_draft, load_target
 from onebit_engine.gemm import Linear, get_backend
 from onebit_engine.measure.oracle import profile
-from onebit_engine.measure.roofline import WEIGHT_SHAPE, MacRate, active_sum, ceilings, draft_round, linear_macs
+from onebit_engine.measure.roofline import WEIGHT_SHAPE, MacRate, active_sum, ceilings, draft_round, linear_macs, verify_read_bytes
 from onebit_engine.measure.scale_bench import _summarize, step_bytes
 from onebit_engine.measure.walk import linears, packed_bytes
 from onebit_engine.synth import SHAPES
@@ -73,6 +73,11 @@ def test_floors_and_ceiling_arithmetic():
                     gmac_s=1000.0, stream_gb_s=50.0, tokens_per_round=4.0, plain_tokens_per_s=40.0, plain_step_ms=25.0)
     assert fast["verify_floor_ms"] == pytest.approx(20.0) and fast["verify_bound_by"] == "memory"
     assert fast["draft_floor_ms"] == pytest.approx(4.0) and fast["draft_bound_by"] == "memory"
+    # a sparse verify that reads 3x a step's bytes: its memory floor triples, the plain step's does not
+    wide = ceilings(k=7, step_macs=10**9, step_bytes=10**9, draft_macs=(10**8, 10**8), draft_bytes=(10**8, 10**8),
+                    gmac_s=1000.0, stream_gb_s=50.0, tokens_per_round=4.0, plain_tokens_per_s=40.0, plain_step_ms=25.0,
+                    verify_bytes=3 * 10**9)
+    assert wide["verify_floor_ms"] == pytest.approx(60.0) and wide["plain_floor_ms"] == pytest.approx(20.0)
     assert "null_reason" in ceilings(k=7, step_macs=1, step_bytes=1, draft_macs=(1, 1), draft_bytes=(1, 1), gmac_s=None,
                                      stream_gb_s=50.0, tokens_per_round=4.0, plain_tokens_per_s=1.0, plain_step_ms=1.0)
 
@@ -124,3 +129,28 @@ def test_linear_macs_is_the_weights_shape():
 def test_the_rate_on_the_engines_own_backend_is_a_rate():
     rate = MacRate(get_backend("host-int", threads=1), rows=8).gmac_s()
     assert np.isfinite(rate) and rate > 0.1  # G multiply-adds a second: any CPU that runs the tests does more
+
+
+def test_a_verify_reads_the_distinct_experts_its_rows_route_to(pair):
+    """One row reads what a step reads; 8 rows of a sparse model read every distinct expert they chose once
+    (counted here from the blocks' own traces); a dense model's verify reads a step's bytes."""
+    shape, target, _ = pair
+    total = step_bytes(target)["total"]
+    prompt, rows = [3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9]
+    assert verify_read_bytes(target, total, prompt, rows[:1]) == total
+    got = verify_read_bytes(target, total, prompt, rows)
+    blocks = [layer.mlp for layer in target.layers if getattr(layer.mlp, "experts", None)]
+    assert all(b.trace is None for b in blocks)  # the tracing is undone
+    if shape.target.moe is None:
+        assert got == total
+        return
+    state = target.new_state()
+    target.forward(prompt, state)
+    for b in blocks:
+        b.trace = []
+    target.verify(rows, state, logits=False)
+    per = sum(packed_bytes(x) for x in linears(blocks[0].experts[0]))
+    want = total + sum((len(set().union(*b.trace)) - shape.target.moe.num_experts_per_tok) * per for b in blocks)
+    assert per > 0 and got == want > total
+    for b in blocks:
+        b.trace = None

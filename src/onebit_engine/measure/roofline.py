@@ -14,11 +14,11 @@ verify's large products got ~1.9x), so it is a ceiling, not an estimate.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .walk import linears
+from .walk import linears, packed_bytes
 
 WEIGHT_SHAPE = (2048, 4096)  # 8 M weights: in the last-level cache (4-8 MiB packed), out of a core's L2
 CALLS = 12  # timed calls per measurement; the fastest counts (as the stream's fastest read does)
@@ -52,6 +52,30 @@ def draft_round(draft, size: Callable[[Any], int]) -> tuple[int, int]:
     return sum(size(x) for x in linears(draft.layers)), size(draft.lm_head)
 
 
+def verify_read_bytes(target, step_total: int, before: Sequence[int], rows: Sequence[int]) -> int:
+    """Bytes a verify of ``rows`` (after ``before``) reads: a step's (``step_total``), with each sparse block's
+    top-k experts replaced by the distinct experts those rows route to in this target (run once, traced):
+    rows that route apart read more experts than one step (a 35B-A3B verify of 8 rows ~57 a layer, not 8)."""
+    blocks = [layer.mlp for layer in target.layers if getattr(getattr(layer, "mlp", None), "experts", None)]
+    if not blocks:
+        return step_total
+    state = target.new_state()
+    target.forward(list(before), state)
+    for b in blocks:
+        b.trace = []
+    try:
+        target.verify(list(rows), state, logits=False)
+        distinct = [len(set().union(*b.trace)) for b in blocks]
+    finally:
+        for b in blocks:
+            b.trace = None
+    extra = 0
+    for b, d in zip(blocks, distinct):
+        per = int(np.mean([sum(packed_bytes(x) for x in linears(e)) for e in b.experts]))
+        extra += (d - b.moe.num_experts_per_tok) * per
+    return step_total + extra
+
+
 class MacRate:
     """Times ``rows``-row products with a packed weight of ``WEIGHT_SHAPE`` (seeded random, cache-resident)
     on ``backend`` as it is set now (its thread count); ``gmac_s()`` is the fastest of ``CALLS`` calls."""
@@ -76,13 +100,16 @@ class MacRate:
 
 def ceilings(*, k: int, step_macs: int, step_bytes: int, draft_macs: tuple[int, int], draft_bytes: tuple[int, int],
              gmac_s: "float | None", stream_gb_s: "float | None", tokens_per_round: "float | None",
-             plain_tokens_per_s: "float | None", plain_step_ms: "float | None") -> dict[str, Any]:
+             plain_tokens_per_s: "float | None", plain_step_ms: "float | None",
+             verify_bytes: "int | None" = None) -> dict[str, Any]:
     """The floors and the ceiling (module docstring). ``draft_macs`` / ``draft_bytes``: (layers per row,
-    lm_head per row) as ``draft_round`` gives them. None where an input is missing (with the reason)."""
+    lm_head per row) as ``draft_round`` gives them; ``verify_bytes``: what a verify reads (``verify_read_bytes``;
+    default a step's). None where an input is missing (with the reason)."""
     if not gmac_s or not stream_gb_s:
         return {"null_reason": "no multiply-add rate or no read stream measured"}
+    verify_bytes = step_bytes if verify_bytes is None else verify_bytes
     verify_c = (k + 1) * step_macs / (gmac_s * 1e9) * 1e3
-    verify_m = step_bytes / (stream_gb_s * 1e9) * 1e3
+    verify_m = verify_bytes / (stream_gb_s * 1e9) * 1e3
     draft_c = ((k + 1) * draft_macs[0] + k * draft_macs[1]) / (gmac_s * 1e9) * 1e3
     draft_m = sum(draft_bytes) / (stream_gb_s * 1e9) * 1e3
     verify_floor, draft_floor = max(verify_c, verify_m), max(draft_c, draft_m)
@@ -91,7 +118,7 @@ def ceilings(*, k: int, step_macs: int, step_bytes: int, draft_macs: tuple[int, 
         "step_macs": step_macs, "draft_round_macs": (k + 1) * draft_macs[0] + k * draft_macs[1],
         "verify_floor_ms": verify_floor, "verify_bound_by": "compute" if verify_c >= verify_m else "memory",
         "draft_floor_ms": draft_floor, "draft_bound_by": "compute" if draft_c >= draft_m else "memory",
-        "plain_floor_ms": verify_m,
+        "verify_bytes": verify_bytes, "plain_floor_ms": step_bytes / (stream_gb_s * 1e9) * 1e3,
     }
     if plain_step_ms:
         out["verify_floor_over_plain_step"] = verify_floor / plain_step_ms
