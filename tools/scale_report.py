@@ -194,9 +194,9 @@ def render(docs: dict) -> str:
         d = docs["kernel"]
         lines.append(f"| int8 4096 x 4096 kernel (`{d.get('path', '?')}`), 1 thread, cold weights | 8 rows / 1 row | "
                      f"**{_f(d.get('int8_t1_r8_over_r1'))}** | <= 1.30 |")
-    rates = {k: docs[k]["results"]["roofline"] for k in BENCH if k in docs and (docs[k]["results"].get("roofline") or {}).get("gmac_s")}
-    if rates:
-        lo, hi = min(x["gmac_s"] for x in rates.values()), max(x["gmac_s"] for x in rates.values())
+    roofs = [docs[k]["results"]["roofline"] for k in BENCH if k in docs and (docs[k]["results"].get("roofline") or {}).get("gmac_s")]
+    if roofs:
+        lo, hi = min(x["gmac_s"] for x in roofs), max(x["gmac_s"] for x in roofs)
         lines += ["", f"A ceiling is the most the loop could give over the plain decoding measured beside it if its verify "
                   f"and draft round took only their floors: the larger of their multiply-adds at the backend's rate "
                   f"(its GEMM at 8 rows on a cache-resident weight, timed in the same run: the best per-thread rate times "

@@ -11,11 +11,16 @@ import pytest
 from onebit_engine import load_draft, load_target
 from onebit_engine.gemm import Linear, get_backend
 from onebit_engine.measure.oracle import profile
-from onebit_engine.measure.roofline import WEIGHT_SHAPE, MacRate, active_sum, ceilings, draft_round, linear_macs, verify_read_bytes
+from onebit_engine.measure.roofline import WEIGHT_SHAPE, MacRate, active_sum, ceilings, draft_round, linear_macs, verify_extra_bytes
 from onebit_engine.measure.scale_bench import _summarize, step_bytes
 from onebit_engine.measure.walk import linears, packed_bytes
 from onebit_engine.synth import SHAPES
 from onebit_engine.synth.folder import synthesize
+
+
+# norms, conv taps, A_log and dt_bias: parameters the shape table counts that no GEMM
+# multiplies; under 3% of a shrunk shape's parameters (less at full size)
+NON_GEMM_PARAMS_SHARE = 0.03
 
 
 @pytest.fixture(scope="module", params=["qwen3.6-27b", "qwen3.5-35b-a3b", "qwen3.5-0.8b"])
@@ -35,7 +40,7 @@ def test_a_steps_multiply_adds_agree_with_the_shape_table(pair):
     cfg = shape.target
     embedding = cfg.vocab_size * cfg.hidden_size
     expected = shape.active_params() - (0 if cfg.tie_word_embeddings else embedding)
-    assert active_sum(target, linear_macs) == pytest.approx(expected, rel=0.03)
+    assert active_sum(target, linear_macs) == pytest.approx(expected, rel=NON_GEMM_PARAMS_SHARE)
 
 
 def test_a_sparse_block_counts_top_k_experts_only(pair):
@@ -137,8 +142,8 @@ def test_a_verify_reads_the_distinct_experts_its_rows_route_to(pair):
     shape, target, _ = pair
     total = step_bytes(target)["total"]
     prompt, rows = [3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9]
-    assert verify_read_bytes(target, total, prompt, rows[:1]) == total
-    got = verify_read_bytes(target, total, prompt, rows)
+    assert verify_extra_bytes(target, prompt, rows[:1]) == 0
+    got = total + verify_extra_bytes(target, prompt, rows)
     blocks = [layer.mlp for layer in target.layers if getattr(layer.mlp, "experts", None)]
     assert all(b.trace is None for b in blocks)  # the tracing is undone
     if shape.target.moe is None:

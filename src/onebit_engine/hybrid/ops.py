@@ -199,10 +199,6 @@ def attention_rows_numba(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> n
     return out
 
 
-def moe_combine_numba(out, y, rows, ranks, weights) -> None:
-    combine_fast(out, y, rows, ranks, weights)
-
-
 def _owned(a: np.ndarray) -> np.ndarray:
     """``a`` itself when the compiled path may update it in place (its own C-contiguous float32 memory),
     else a copy: an in-place update must never reach an array someone else holds a view of."""
@@ -212,7 +208,7 @@ def _owned(a: np.ndarray) -> np.ndarray:
 
 
 NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba,
-                      moe_combine_numba)
+                      combine_fast)  # in place, nothing to allocate: the compiled function itself
 
 
 def resolve_ops(name: "str | TargetOps") -> TargetOps:

@@ -29,20 +29,28 @@ def linear_macs(lin) -> int:
     return int(lin.in_features) * int(lin.out_features)
 
 
+def sparse_blocks(target) -> list:
+    """The target's sparse MLP blocks (``MoeMLP``), in layer order."""
+    return [layer.mlp for layer in target.layers if getattr(getattr(layer, "mlp", None), "experts", None)]
+
+
+def expert_size(block, size: Callable[[Any], int]) -> int:
+    """``size`` of one expert of a sparse block (its projections; the mean, all experts being one size)."""
+    return int(np.mean([sum(size(x) for x in linears(e)) for e in block.experts]))
+
+
 def active_sum(target, size: Callable[[Any], int]) -> int:
     """``size`` summed over the projections one token runs: every layer's (of a sparse block the router,
-    the shared expert and top-k of its experts, all experts being one size) and the lm_head."""
-    total = 0
+    the shared expert and top-k of its experts) and the lm_head."""
+    total = size(target.lm_head)
     for layer in target.layers:
         mlp = getattr(layer, "mlp", None)
-        experts = getattr(mlp, "experts", None)
         skip = set()
-        if experts:
-            per = [sum(size(x) for x in linears(e)) for e in experts]
-            total += int(np.mean(per) * mlp.moe.num_experts_per_tok)
-            skip = {id(x) for e in experts for x in linears(e)}
+        if getattr(mlp, "experts", None):
+            total += expert_size(mlp, size) * mlp.moe.num_experts_per_tok
+            skip = {id(x) for e in mlp.experts for x in linears(e)}
         total += sum(size(x) for x in linears(layer) if id(x) not in skip)
-    return total + size(target.lm_head)
+    return total
 
 
 def draft_round(draft, size: Callable[[Any], int]) -> tuple[int, int]:
@@ -52,13 +60,13 @@ def draft_round(draft, size: Callable[[Any], int]) -> tuple[int, int]:
     return sum(size(x) for x in linears(draft.layers)), size(draft.lm_head)
 
 
-def verify_read_bytes(target, step_total: int, before: Sequence[int], rows: Sequence[int]) -> int:
-    """Bytes a verify of ``rows`` (after ``before``) reads: a step's (``step_total``), with each sparse block's
-    top-k experts replaced by the distinct experts those rows route to in this target (run once, traced):
-    rows that route apart read more experts than one step (a 35B-A3B verify of 8 rows ~57 a layer, not 8)."""
-    blocks = [layer.mlp for layer in target.layers if getattr(getattr(layer, "mlp", None), "experts", None)]
+def verify_extra_bytes(target, before: Sequence[int], rows: Sequence[int]) -> int:
+    """Bytes a verify of ``rows`` (after ``before``) reads beyond one step's: in each sparse block the
+    distinct experts those rows route to in this target (run once, traced) instead of top-k. Rows that route
+    apart read more experts than a step (a 35B-A3B verify of 8 rows ~57 a layer, not 8); 0 for a dense model."""
+    blocks = sparse_blocks(target)
     if not blocks:
-        return step_total
+        return 0
     state = target.new_state()
     target.forward(list(before), state)
     for b in blocks:
@@ -69,11 +77,7 @@ def verify_read_bytes(target, step_total: int, before: Sequence[int], rows: Sequ
     finally:
         for b in blocks:
             b.trace = None
-    extra = 0
-    for b, d in zip(blocks, distinct):
-        per = int(np.mean([sum(packed_bytes(x) for x in linears(e)) for e in b.experts]))
-        extra += (d - b.moe.num_experts_per_tok) * per
-    return step_total + extra
+    return sum((d - b.moe.num_experts_per_tok) * expert_size(b, packed_bytes) for b, d in zip(blocks, distinct))
 
 
 class MacRate:
@@ -103,19 +107,20 @@ def ceilings(*, k: int, step_macs: int, step_bytes: int, draft_macs: tuple[int, 
              plain_tokens_per_s: "float | None", plain_step_ms: "float | None",
              verify_bytes: "int | None" = None) -> dict[str, Any]:
     """The floors and the ceiling (module docstring). ``draft_macs`` / ``draft_bytes``: (layers per row,
-    lm_head per row) as ``draft_round`` gives them; ``verify_bytes``: what a verify reads (``verify_read_bytes``;
-    default a step's). None where an input is missing (with the reason)."""
+    lm_head per row) as ``draft_round`` gives them; ``verify_bytes``: what a verify reads (a step's plus
+    ``verify_extra_bytes``; default a step's). None where an input is missing (with the reason)."""
     if not gmac_s or not stream_gb_s:
         return {"null_reason": "no multiply-add rate or no read stream measured"}
     verify_bytes = step_bytes if verify_bytes is None else verify_bytes
     verify_c = (k + 1) * step_macs / (gmac_s * 1e9) * 1e3
     verify_m = verify_bytes / (stream_gb_s * 1e9) * 1e3
-    draft_c = ((k + 1) * draft_macs[0] + k * draft_macs[1]) / (gmac_s * 1e9) * 1e3
+    draft_round_macs = (k + 1) * draft_macs[0] + k * draft_macs[1]
+    draft_c = draft_round_macs / (gmac_s * 1e9) * 1e3
     draft_m = sum(draft_bytes) / (stream_gb_s * 1e9) * 1e3
     verify_floor, draft_floor = max(verify_c, verify_m), max(draft_c, draft_m)
     out: dict[str, Any] = {
         "gmac_s": gmac_s, "stream_gb_s": stream_gb_s, "rows": k + 1,
-        "step_macs": step_macs, "draft_round_macs": (k + 1) * draft_macs[0] + k * draft_macs[1],
+        "step_macs": step_macs, "draft_round_macs": draft_round_macs,
         "verify_floor_ms": verify_floor, "verify_bound_by": "compute" if verify_c >= verify_m else "memory",
         "draft_floor_ms": draft_floor, "draft_bound_by": "compute" if draft_c >= draft_m else "memory",
         "verify_bytes": verify_bytes, "plain_floor_ms": step_bytes / (stream_gb_s * 1e9) * 1e3,

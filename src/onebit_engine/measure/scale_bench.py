@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from .membw import ReadStream
 from .procfs import huge_page_bytes
 from .oracle import OracleDraft, Profile
-from .roofline import MacRate, active_sum, ceilings, draft_round, linear_macs, verify_read_bytes
+from .roofline import MacRate, active_sum, ceilings, draft_round, linear_macs, verify_extra_bytes
 from .walk import packed_bytes
 
 STREAM_BYTES = 1 << 30  # well past any last-level cache
@@ -107,8 +107,8 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
                 progress(1)
     for s in streams.values():
         s.close()
-    verify_bytes = verify_read_bytes(target, step_bytes(target)["total"], prompt, truth[: k + 1])  # the routing of real rows
-    out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft, verify_bytes)
+    extra = verify_extra_bytes(target, prompt, truth[: k + 1])  # a sparse verify's experts, from real rows' routing
+    out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft, extra)
     out["peak_rss_bytes"], out["stream_buffer_bytes"], out["huge_page_bytes"] = peak_rss, stream_bytes, huge
     return out
 
@@ -118,7 +118,7 @@ def _median(xs) -> "float | None":
     return float(np.median(xs)) if xs else None
 
 
-def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft=None, verify_bytes=None) -> dict[str, Any]:
+def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft=None, verify_extra=0) -> dict[str, Any]:
     med = {f"{kind}_t{t}": _median(rates[(kind, t)]) for (kind, t) in rates if kind != "compute"}
     reasons: dict[str, str] = {}
     plain_t = max(threads, key=lambda t: med[f"plain_t{t}"] or 0.0)
@@ -150,7 +150,7 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
         roof = ceilings(k=k, step_macs=active_sum(target, linear_macs), step_bytes=sb["total"],
                         draft_macs=draft_round(draft, linear_macs), draft_bytes=draft_round(draft, packed_bytes),
                         gmac_s=per_thread * loop_t if per_thread else None, stream_gb_s=stream, tokens_per_round=tokens_per_round,
-                        plain_tokens_per_s=plain, plain_step_ms=same_t_step, verify_bytes=verify_bytes)
+                        plain_tokens_per_s=plain, plain_step_ms=same_t_step, verify_bytes=sb["total"] + verify_extra)
         if spec and roof.get("loop_ceiling_vs_plain"):
             roof["speedup_share_of_ceiling"] = spec / plain / roof["loop_ceiling_vs_plain"]
     return {
