@@ -69,10 +69,10 @@ def weight_bytes(target, draft=None) -> int:
     """Bytes of weights one speculative round reads: every GEMM weight of the target (for a mixture of
     experts: top-k of its experts) and of the draft, each counted once (the draft shares the target's
     lm_head), as the backend holds them (packed codes and scales on host-int)."""
-    from .scale_bench import step_bytes
+    from .roofline import active_sum
     from .walk import linears, packed_bytes
 
-    total = step_bytes(target)["weights"]
+    total = active_sum(target, packed_bytes)  # the weights alone (step_bytes would build a state to count it)
     if draft is not None:
         seen = {id(x) for x in linears(target)}
         total += sum(packed_bytes(x) for x in linears(draft) if id(x) not in seen)
