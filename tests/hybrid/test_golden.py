@@ -105,9 +105,8 @@ _TargetConfig_rot_dim = TargetConfig.rot_dim
 def _mutate(mp: pytest.MonkeyPatch, mutation: str) -> None:
     import dataclasses
 
-    import onebit_engine.hybrid.moe_mlp as moe_mlp
     import onebit_engine.hybrid.ops as target_ops
-    from onebit_engine.ops.moe import route
+    from onebit_engine.ops.moe import route_rows_numpy
     from onebit_engine.ops.norm import rms_norm_zc
 
     if mutation == "delta-rule-sign":
@@ -119,7 +118,8 @@ def _mutate(mp: pytest.MonkeyPatch, mutation: str) -> None:
     elif mutation == "rope-full-rotary":  # partial_rotary_factor ignored: every dim rotated
         mp.setattr(TargetConfig, "rot_dim", property(lambda self: self.head_dim))
     elif mutation == "moe-no-renormalise":  # top-k weights left as softmax probabilities
-        mp.setattr(moe_mlp, "route", lambda logits, k, norm: route(logits, k, False))
+        unnormed = lambda logits, n, k, norm: route_rows_numpy(logits, n, k, False)  # noqa: E731
+        mp.setattr(target_ops, "NUMPY_OPS", dataclasses.replace(target_ops.NUMPY_OPS, moe_route=unnormed))
     else:
         raise AssertionError(mutation)
 

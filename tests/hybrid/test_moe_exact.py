@@ -90,23 +90,25 @@ def test_grouped_experts_equal_one_row_per_expert_call(backend):
 
 @pytest.mark.parametrize("backend", ["reference", "host-int-int8"])
 @pytest.mark.parametrize("routing", ["same", "disjoint"])
-def test_rows_routed_to_the_same_or_disjoint_experts(backend, routing, monkeypatch):
+def test_rows_routed_to_the_same_or_disjoint_experts(backend, routing):
     """Force the routing from each row's router logits: every row to experts {1, 2} ("same"), or to the
     pair {2j, 2j+1} with j the argmax of its first four logits ("disjoint": two rows share both
     experts or none). A verify's rows must still equal single steps bit for bit."""
-    import onebit_engine.hybrid.moe_mlp as mm
+    import dataclasses
 
-    def forced(logits, top_k, norm):
+    from onebit_engine.ops.moe import route_plan
+
+    def forced(logits, n, top_k, norm):
         r = logits.shape[0]
         j = np.argmax(logits[:, :4], axis=1)
         ids = np.array([[1, 2]] * r) if routing == "same" else np.stack([2 * j, 2 * j + 1], axis=1)
         w = (np.full((r, 2), 0.5) + 0.01 * np.tanh(logits[:, :2])).astype(np.float32)
-        return ids, w
+        return (w[:n], *route_plan(ids, n))
 
-    monkeypatch.setattr(mm, "route", forced)
     target = moe_target(MOES["e8k2-shared-norm"], backend, seed=6)
     for block in sparse_blocks(target):
         block.trace = []
+        block.ops = dataclasses.replace(block.ops, moe_route=forced)
     toks = [4, 8, 15, 16, 23, 42, 7, 9, 30]
     ref = target.new_state()
     target.forward(toks[:2], ref)

@@ -30,6 +30,7 @@ NORM_RTOL = 1e-6  # zero-centred RMSNorm rows: a sequential vs pairwise float32 
 SILU_RTOL = 5e-7  # silu(g) * u: the compiled exp within 1.5 ulp of exp, numpy's within ~1 ulp (measured 5.5e-8)
 GDN_RTOL = 2e-6  # mixer output and states over <= 8 rows, relative to max(1, max |x|) (measured 7.1e-7, 9.5e-7)
 GATE_ATOL = 5e-7  # alpha, beta in (0, 1]: sigmoid and exp(-A softplus) with the compiled exp (measured 1.2e-7)
+ROUTE_RTOL = 1e-6  # routing weights: the compiled exp and an in-order sum of E probabilities (measured 2.0e-7)
 ATTN_ATOL = 2e-6  # attention rows (|o| <= max |v| ~ 4) and normed, rotated keys (measured 6.0e-7, 4.8e-7)
 
 
@@ -174,9 +175,37 @@ def test_moe_combine_twins_agree(seed):
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
+@numba_only
+@pytest.mark.parametrize("experts,top_k,rows,n", [(16, 4, 9, 7), (256, 8, 8, 8), (512, 10, 3, 1), (5, 5, 4, 4), (64, 1, 6, 0)])
+@pytest.mark.parametrize("norm", [True, False])
+def test_moe_route_twins_agree(experts, top_k, rows, n, norm):
+    """The same experts, pairs and order (the selection is exact where no two probabilities of a row are
+    within rounding of each other, as here); the weights within ROUTE_RTOL."""
+    rng = np.random.default_rng(experts + top_k + n)
+    logits = (rng.standard_normal((rows, experts)) * 3).astype(F32)
+    a, b = NUMPY_OPS.moe_route(logits, n, top_k, norm), NUMBA_OPS.moe_route(logits, n, top_k, norm)
+    for x, y in zip(a[1:], b[1:]):  # ids, offsets, rows, ranks
+        assert x.dtype == y.dtype == np.int64 and np.array_equal(x, y)
+    assert a[0].shape == b[0].shape == (n, top_k) and b[0].dtype == F32
+    assert np.max(np.abs(a[0] - b[0]), initial=0.0) <= ROUTE_RTOL * np.max(a[0], initial=0.0)
+
+
+@numba_only
+def test_moe_route_twins_break_ties_alike_and_renormalise():
+    """Equal logits give bitwise equal probabilities in either table: both take the lowest ids; power: the
+    weights of a renormalised and an unnormalised routing differ."""
+    logits = np.array([[1.0, 3.0, 3.0, 0.5, 3.0, 3.0], [2.0] * 6], F32)
+    for table in (NUMPY_OPS, NUMBA_OPS):
+        w, ids, offsets, rows, ranks = table.moe_route(logits, 2, 3, True)
+        assert ids.tolist() == [0, 1, 2, 4] and offsets.tolist() == [0, 1, 3, 5, 6]
+        assert rows.tolist() == [1, 0, 1, 0, 1, 0] and ranks.tolist() == [0, 0, 1, 1, 2, 2]
+        assert np.allclose(w.sum(axis=1), 1.0) and not np.allclose(table.moe_route(logits, 2, 3, False)[0].sum(axis=1), 1.0)
+
+
 PINNED = {"norm": test_norm_and_silu_mul_twins_agree, "silu_mul": test_norm_and_silu_mul_twins_agree,
           "gdn_rows": test_gdn_rows_twins_agree, "gdn_replay": test_gdn_replay_twins_agree,
-          "attention_rows": test_attention_rows_twins_agree, "moe_combine": test_moe_combine_twins_agree}
+          "attention_rows": test_attention_rows_twins_agree, "moe_combine": test_moe_combine_twins_agree,
+          "moe_route": test_moe_route_twins_agree}
 
 
 def test_every_op_of_the_table_has_a_twin_test():

@@ -2,7 +2,7 @@
 SwiGLU experts, and the shared expert scaled by ``sigmoid(shared_expert_gate(x))``.
 
 Batch invariance: the router is one projection over the layer's row set like any other, and routing
-reads each row alone (``ops/moe.route``). An expert runs on the rows routed to it, gathered into row
+reads each row alone (the op table's ``moe_route``: ``ops/moe.py``, compiled in ``ops/moe_fast.py``). An expert runs on the rows routed to it, gathered into row
 sets of the same size the dense MLP uses (``row_set`` rows, zero-padded, or just the real rows on a
 ``row_invariant`` backend); a row's GEMM result inside a row set does not depend on its position or on
 the other rows (the fact ``Linear`` rests on), so the expert's output for a row is the bits a call with
@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..gemm.base import run_many
-from ..ops.moe import route, route_plan, routing_margins
+from ..ops.moe import routing_margins
 from ..ops.norm import sigmoid
 from .moe_config import MoeConfig
 from .ops import TargetOps
@@ -54,11 +54,11 @@ class MoeMLP:
 
     def __call__(self, h: np.ndarray, n: int) -> np.ndarray:
         logits = self.router(h)
-        experts, weights = route(logits, self.moe.num_experts_per_tok, self.moe.norm_topk_prob)
         if self.margins is not None:
             self.margins.append(routing_margins(logits[:n], self.moe.num_experts_per_tok))
         # every (row, expert) pair of the real rows, expert by expert (ascending id), rows ascending
-        ids, cuts, rows, ranks = route_plan(experts, n)
+        weights, ids, cuts, rows, ranks = self.ops.moe_route(logits, n, self.moe.num_experts_per_tok,
+                                                             self.moe.norm_topk_prob)
         if self.trace is not None:
             self.trace.append(tuple(ids.tolist()))
         run = self._together if self.grouped and self.row_invariant else self._apart

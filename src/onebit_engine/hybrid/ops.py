@@ -22,8 +22,8 @@ from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
 from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
 from ..ops.kv_cache import KVCache
-from ..ops.moe import combine_numpy
-from ..ops.moe_fast import combine as combine_fast
+from ..ops.moe import combine_numpy, route_rows_numpy
+from ..ops.moe_fast import combine as combine_fast, route_rows as route_rows_fast
 from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from ..ops.norm_fast import rms_norm_rows, silu_mul
 from ..ops.op_sets import resolve_ops_name
@@ -95,6 +95,9 @@ class TargetOps:
     # a sparse block's combine, in place: out [R, D] += weights[row, rank] * y [P, D] pair by pair
     # (rows, ranks [P]: ``ops.moe.route_plan``'s order) -> None
     moe_combine: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+    # a sparse block's routing of its first n rows: router logits [R, E], n, top_k, renormalise -> weights
+    # float32 [n, top_k] and ``ops.moe.route_plan``'s ids, offsets, rows, ranks
+    moe_route: Callable[[np.ndarray, int, int, bool], tuple]
 
 
 # -- the numpy twins ------------------------------------------------------------------------------
@@ -154,7 +157,7 @@ def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> n
 
 
 NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy,
-                      combine_numpy)
+                      combine_numpy, route_rows_numpy)
 
 
 # -- the compiled table: thin wrappers that allocate the outputs ------------------------------------
@@ -208,7 +211,7 @@ def _owned(a: np.ndarray) -> np.ndarray:
 
 
 NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba,
-                      combine_fast)  # in place, nothing to allocate: the compiled function itself
+                      combine_fast, route_rows_fast)  # the compiled functions themselves: nothing to wrap
 
 
 def resolve_ops(name: "str | TargetOps") -> TargetOps:

@@ -44,6 +44,14 @@ def route_plan(experts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.
     return ids.astype(np.int64, copy=False), offsets, rows.astype(np.int64, copy=False), ranks.astype(np.int64, copy=False)
 
 
+def route_rows_numpy(logits: np.ndarray, n: int, top_k: int, norm_topk_prob: bool):
+    """The sparse block's whole routing of its first ``n`` rows: :func:`route`, then :func:`route_plan`.
+    Shapes: logits [R, E] -> weights float32 [n, top_k] and route_plan's ids, offsets, rows, ranks.
+    The slow twin of ``moe_fast.route_rows``."""
+    experts, weights = route(logits[:n], top_k, norm_topk_prob)
+    return (weights, *route_plan(experts, n))
+
+
 def combine_numpy(out: np.ndarray, y: np.ndarray, rows: np.ndarray, ranks: np.ndarray, weights: np.ndarray) -> None:
     """``out[rows[p]] += weights[rows[p], ranks[p]] * y[p]`` for p = 0, 1, ... in turn, in place: with the
     pairs of :func:`route_plan` each row sums its experts in ascending id. Shapes: out [R, D]; y [P, D];
