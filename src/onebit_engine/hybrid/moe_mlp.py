@@ -2,14 +2,15 @@
 SwiGLU experts, and the shared expert scaled by ``sigmoid(shared_expert_gate(x))``.
 
 Batch invariance: the router is one projection over the layer's row set like any other, and routing
-reads each row alone (the op table's ``moe_route``: ``ops/moe.py``, compiled in ``ops/moe_fast.py``). An expert runs on the rows routed to it, gathered into row
-sets of the same size the dense MLP uses (``row_set`` rows, zero-padded, or just the real rows on a
-``row_invariant`` backend); a row's GEMM result inside a row set does not depend on its position or on
-the other rows (the fact ``Linear`` rests on), so the expert's output for a row is the bits a call with
-that row alone gives - whichever rows shared the expert. Each row then sums its experts' weighted
-outputs in ascending expert id, an order that depends on the row alone. ``grouped=False`` runs every
-(row, expert) pair in its own row set instead: the same bits, (rows x top_k) expert calls instead of
-one per distinct expert (measured in tests/bench/test_bench_moe.py).
+(the op table's ``moe_route``: ``ops/moe.py``, compiled in ``ops/moe_fast.py``) reads each row alone. An
+expert runs on the rows routed to it, gathered into row sets of the same size the dense MLP uses
+(``row_set`` rows, zero-padded, or just the real rows on a ``row_invariant`` backend); a row's GEMM
+result inside a row set does not depend on its position or on the other rows (the fact ``Linear`` rests
+on), so the expert's output for a row is the bits a call with that row alone gives - whichever rows
+shared the expert. Each row then sums its experts' weighted outputs in ascending expert id, an order
+that depends on the row alone. ``grouped=False`` runs every (row, expert) pair in its own row set
+instead: the same bits, (rows x top_k) expert calls instead of one per distinct expert (measured in
+tests/bench/test_bench_moe.py).
 
 On a ``row_invariant`` backend the grouped block runs every expert's gate/up projection (and the shared
 expert's and its gate) as one backend call and every down projection as another (``gemm.run_many``: the bits
