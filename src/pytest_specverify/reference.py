@@ -34,9 +34,9 @@ def _forward(ref, tokens, state):
     the top-k boundary and the boundary logit's magnitude, the smallest-gap layer's), or None without MoE."""
     import numpy as np
 
-    from onebit_engine.hybrid.moe_mlp import MoeMLP
+    from onebit_engine.hybrid.moe_mlp import sparse_blocks
 
-    blocks = [layer.mlp for layer in ref.layers if isinstance(layer.mlp, MoeMLP)]
+    blocks = sparse_blocks(ref)
     for b in blocks:
         b.margins = []
     try:

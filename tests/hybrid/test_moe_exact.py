@@ -12,7 +12,7 @@ from onebit_engine.draft.synthetic import write_synthetic_draft
 from onebit_engine.loop.generate import generate
 from onebit_engine.gemm.host_int.backend import HostIntBackend
 from onebit_engine.hybrid.moe_config import MoeConfig
-from onebit_engine.hybrid.moe_mlp import MoeMLP
+from onebit_engine.hybrid.moe_mlp import MoeMLP, sparse_blocks
 from onebit_engine.loop.speculative import speculative_generate
 from onebit_engine.hybrid.synthetic import random_target, tiny_config
 
@@ -32,10 +32,6 @@ def moe_target(moe, backend="reference", seed=0, row_set=8, ops="auto", layers=4
     cfg = tiny_config(vocab_size=vocab, num_hidden_layers=layers, full_attention_interval=2, moe=moe)
     return random_target(cfg, seed, backend=BACKENDS[backend]() if backend in BACKENDS else backend,
                          row_set=row_set, scale=2.0, ops=ops)
-
-
-def sparse_blocks(target):
-    return [layer.mlp for layer in target.layers if isinstance(layer.mlp, MoeMLP)]
 
 
 def test_synthetic_moe_configs_are_sparse_where_the_config_says():

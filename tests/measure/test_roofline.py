@@ -10,6 +10,7 @@ import pytest
 
 from onebit_engine import load_draft, load_target
 from onebit_engine.gemm import Linear, get_backend
+from onebit_engine.hybrid.moe_mlp import sparse_blocks
 from onebit_engine.measure.oracle import profile
 from onebit_engine.measure.roofline import WEIGHT_SHAPE, MacRate, active_sum, ceilings, draft_round, linear_macs, verify_extra_bytes
 from onebit_engine.measure.scale_bench import _summarize, step_bytes
@@ -144,7 +145,7 @@ def test_a_verify_reads_the_distinct_experts_its_rows_route_to(pair):
     prompt, rows = [3, 1, 4, 1, 5], [9, 2, 6, 5, 3, 5, 8, 9]
     assert verify_extra_bytes(target, prompt, rows[:1]) == 0
     got = total + verify_extra_bytes(target, prompt, rows)
-    blocks = [layer.mlp for layer in target.layers if getattr(layer.mlp, "experts", None)]
+    blocks = sparse_blocks(target)
     assert all(b.trace is None for b in blocks)  # the tracing is undone
     if shape.target.moe is None:
         assert got == total
@@ -157,5 +158,8 @@ def test_a_verify_reads_the_distinct_experts_its_rows_route_to(pair):
     per = sum(packed_bytes(x) for x in linears(blocks[0].experts[0]))
     want = total + sum((len(set().union(*b.trace)) - shape.target.moe.num_experts_per_tok) * per for b in blocks)
     assert per > 0 and got == want > total
+    mine = [list(b.trace) for b in blocks]  # a caller tracing its own run keeps its trace through the count
+    assert verify_extra_bytes(target, prompt, rows) == got - total
+    assert [b.trace for b in blocks] == mine
     for b in blocks:
         b.trace = None

@@ -104,3 +104,8 @@ class MoeMLP:
         xp = np.zeros((-(-m // self.row_set) * self.row_set, x.shape[1]), F32)
         xp[:m] = x
         return self.experts[e](xp)[:m]
+
+
+def sparse_blocks(model) -> "list[MoeMLP]":
+    """The sparse MLP blocks of a model with ``layers`` (a ``Target``), in layer order; [] for a dense one."""
+    return [layer.mlp for layer in model.layers if isinstance(getattr(layer, "mlp", None), MoeMLP)]

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..hybrid.moe_mlp import MoeMLP, sparse_blocks
 from .walk import linears, packed_bytes
 
 WEIGHT_SHAPE = (2048, 4096)  # 8 M weights: in the last-level cache (4-8 MiB packed), out of a core's L2
@@ -27,11 +28,6 @@ CALLS = 12  # timed calls per measurement; the fastest counts (as the stream's f
 def linear_macs(lin) -> int:
     """Multiply-adds one row of a projection does: its weight's N x K."""
     return int(lin.in_features) * int(lin.out_features)
-
-
-def sparse_blocks(target) -> list:
-    """The target's sparse MLP blocks (``MoeMLP``), in layer order."""
-    return [layer.mlp for layer in target.layers if getattr(getattr(layer, "mlp", None), "experts", None)]
 
 
 def expert_size(block, size: Callable[[Any], int]) -> int:
@@ -46,7 +42,7 @@ def active_sum(target, size: Callable[[Any], int]) -> int:
     for layer in target.layers:
         mlp = getattr(layer, "mlp", None)
         skip = set()
-        if getattr(mlp, "experts", None):
+        if isinstance(mlp, MoeMLP):
             total += expert_size(mlp, size) * mlp.moe.num_experts_per_tok
             skip = {id(x) for e in mlp.experts for x in linears(e)}
         total += sum(size(x) for x in linears(layer) if id(x) not in skip)
@@ -67,16 +63,19 @@ def verify_extra_bytes(target, before: Sequence[int], rows: Sequence[int]) -> in
     blocks = sparse_blocks(target)
     if not blocks:
         return 0
-    state = target.new_state()
-    target.forward(list(before), state)
-    for b in blocks:
-        b.trace = []
+    kept = [b.trace for b in blocks]  # a caller's own traces: neither run here goes into them, put back after
     try:
+        for b in blocks:
+            b.trace = None
+        state = target.new_state()
+        target.forward(list(before), state)
+        for b in blocks:
+            b.trace = []
         target.verify(list(rows), state, logits=False)
         distinct = [len(set().union(*b.trace)) for b in blocks]
     finally:
-        for b in blocks:
-            b.trace = None
+        for b, trace in zip(blocks, kept):
+            b.trace = trace
     return sum((d - b.moe.num_experts_per_tok) * expert_size(b, packed_bytes) for b, d in zip(blocks, distinct))
 
 
