@@ -121,8 +121,10 @@ def test_checks_have_power(monkeypatch, mutant):
     """A wrong acceptance rule must be caught by these checks (so they cannot pass vacuously)."""
     real = spec.sampled_accept
 
-    def broken(drafts, q, logits, temperature, rng):
+    def broken(drafts, q, logits, temperature, rng, final=True):
         if mutant == "accept_always":
+            if not final:
+                return len(drafts), None
             return len(drafts), spec.draw(spec.probs(logits[len(drafts)], temperature), rng)
         for i, d in enumerate(drafts):
             p = spec.probs(logits[i], temperature)
@@ -130,7 +132,7 @@ def test_checks_have_power(monkeypatch, mutant):
                 continue
             r = p if mutant == "residual_is_p" else np.abs(p - q[i])
             return i, spec.draw(r / r.sum(), rng)
-        return real(drafts, q, logits, temperature, rng)
+        return real(drafts, q, logits, temperature, rng, final)
 
     monkeypatch.setattr(spec, "sampled_accept", broken)
     P, Q = chain()

@@ -115,16 +115,26 @@ def test_summary_carries_the_ceiling_and_the_share_of_it(pair):
     """The rate is the run's best per-thread rate times the loop's threads (a 2-thread product pays the pool's
     cost, which a ceiling must not): here 80 G/s on one thread beats 140 on two, so 160."""
     _, target, draft = pair
-    rates = {("plain", 1): [10.0], ("loop", 1): [20.0], ("stream", 1): [30.0], ("compute", 1): [50.0, 80.0],
-             ("plain", 2): [12.0], ("loop", 2): [24.0], ("stream", 2): [40.0], ("compute", 2): [100.0, 140.0]}
-    rnd = SimpleNamespace(draft_ms=1.0, verify_ms=2.0, commit_ms=0.5, total_ms=3.5, emitted=4, proposed=3, accepted=3)
-    out = _summarize(target, profile("0.8", 3), 3, [1, 2], rates, {1: [rnd], 2: [rnd]}, [], [1, 2, 3], draft)
+    rates = {("plain", 1): [10.0], ("loop", 1): [20.0], ("loop_one", 1): [18.0], ("stream", 1): [30.0],
+             ("compute", 1): [50.0, 80.0], ("plain", 2): [12.0], ("loop", 2): [24.0], ("loop_one", 2): [21.0],
+             ("stream", 2): [40.0], ("compute", 2): [100.0, 140.0]}
+    rnd = SimpleNamespace(draft_ms=1.0, verify_ms=2.0, commit_ms=0.5, total_ms=3.5, emitted=4, proposed=3, accepted=3,
+                          passes=(2, 2))
+    one = SimpleNamespace(draft_ms=1.0, verify_ms=3.0, commit_ms=0.5, total_ms=4.5, emitted=4, proposed=3, accepted=3,
+                          passes=(4,))
+    rounds = {(kind, t): [rnd if kind == "loop" else one] for t in (1, 2) for kind in ("loop", "loop_one")}
+    out = _summarize(target, profile("0.8", 3), 3, [1, 2], rates, rounds, [], [1, 2, 3], draft)
     roof = out["roofline"]
     assert out["multiply_add_gmac_s"] == {1: 80.0, 2: 140.0} and roof["gmac_s"] == 160.0 and roof["stream_gb_s"] == 40.0
     assert roof["speedup_share_of_ceiling"] == pytest.approx(2.0 / roof["loop_ceiling_vs_plain"])
     assert roof["step_macs"] == active_sum(target, linear_macs)
     assert np.isfinite(roof["loop_ceiling_vs_plain"])
-    assert _summarize(target, profile("0.8", 3), 3, [1, 2], rates, {1: [rnd], 2: [rnd]}, [], [1, 2, 3])["roofline"] is None
+    # the passes: the loop's own rounds for its phases, the one-pass loop's for verify(k+1), both speedups
+    assert out["speedup_vs_plain"] == 2.0 and out["speedup_one_pass_vs_plain"] == 1.75
+    assert out["phase_ms"]["verify"] == 2.0 and out["phase_ms_one_pass"]["verify"] == 3.0
+    assert out["verify_passes"] == {"2+2": 1}
+    assert roof["staged_verify_floor_ms"] <= roof["verify_floor_ms"] + 1e-12
+    assert _summarize(target, profile("0.8", 3), 3, [1, 2], rates, rounds, [], [1, 2, 3])["roofline"] is None
 
 
 def test_linear_macs_is_the_weights_shape():

@@ -13,9 +13,11 @@ def test_the_bound_is_the_fastest_stream_read_of_the_run():
     target = random_target(tiny_config(num_hidden_layers=2, full_attention_interval=2), seed=0)
     nbytes = step_bytes(target)["total"]
     rates = {("plain", 1): [10.0, 12.0, 11.0], ("loop", 1): [20.0, 21.0, 19.0], ("stream", 1): [30.0, 33.0, 31.0],
-             ("plain", 2): [14.0, 15.0, 13.0], ("loop", 2): [25.0, 24.0, 26.0], ("stream", 2): [32.0, 55.0, 34.0]}
-    rnd = SimpleNamespace(draft_ms=1.0, verify_ms=2.0, commit_ms=0.5, total_ms=3.5, emitted=4, proposed=3, accepted=3)
-    out = _summarize(target, profile("0.8", 3), 3, [1, 2], rates, {1: [rnd], 2: [rnd]}, [], [1, 2, 3])
+             ("plain", 2): [14.0, 15.0, 13.0], ("loop", 2): [25.0, 24.0, 26.0], ("stream", 2): [32.0, 55.0, 34.0],
+             ("loop_one", 1): [18.0], ("loop_one", 2): [22.0]}
+    rnd = SimpleNamespace(draft_ms=1.0, verify_ms=2.0, commit_ms=0.5, total_ms=3.5, emitted=4, proposed=3, accepted=3, passes=(4,))
+    rounds = {(kind, t): [rnd] for kind in ("loop", "loop_one") for t in (1, 2)}
+    out = _summarize(target, profile("0.8", 3), 3, [1, 2], rates, rounds, [], [1, 2, 3])
     assert out["read_stream_gb_s"] == {1: 31.0, 2: 34.0}  # medians, as shown
     assert out["read_stream_gb_s_max"] == {1: 33.0, 2: 55.0}
     assert out["bound_tokens_per_s"] == pytest.approx(55.0e9 / nbytes)

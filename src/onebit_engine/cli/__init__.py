@@ -138,6 +138,24 @@ def _spec_args(p) -> None:
                    "and the draft's acceptance profile (kept per machine and build); bench - 7 for the built-in pair "
                    "(its measured best), block-1 for another draft")
     g.add_argument("--commit-path", choices=COMMIT_PATHS, default="keep", help="how a verify is committed. Default: %(default)s")
+    g.add_argument("--verify-stages", type=_stages, default="auto", metavar="S", help="a round's verify in passes (the "
+                   "same output): 'auto' (each pass's rows chosen from the pass times and acceptance measured as the loop "
+                   "runs), 'one' (always one pass of k+1 rows) or a first-pass row count. Default: %(default)s")
+
+
+def _stages(text: str) -> "str | int":
+    if text in ("auto", "one"):
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'auto', 'one' or a row count >= 1")
+    return n
+
+
+_stages.__name__ = "verify stages"
 
 
 def _shape_names() -> str:

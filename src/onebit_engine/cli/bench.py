@@ -46,7 +46,8 @@ def cmd_bench(args) -> int:
     prov["host"] = machine()
     with ui.Bar(args.repeats * len(prompts) * 3, "bench", ui.progress_enabled(args)) as bar:
         doc = bench_runner.run_bench(loaded.target, one_row, loaded.draft, prompts, k=k, commit_path=args.commit_path,
-                              max_new_tokens=args.max_new_tokens, repeats=args.repeats, provenance=prov, progress=bar)
+                                     max_new_tokens=args.max_new_tokens, repeats=args.repeats, provenance=prov, progress=bar,
+                                     stages=args.verify_stages)
     doc["command"] = "onebit " + " ".join(args.argv)
     if args.out:
         try:

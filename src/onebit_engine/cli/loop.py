@@ -23,6 +23,7 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 def cmd_loop(args) -> int:
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
+    from ..loop.stages import planner
     from ..measure.provenance import loop_provenance
 
     if args.check is None:  # default: check (and show the speedup) whenever identity is the claim
@@ -41,6 +42,7 @@ def cmd_loop(args) -> int:
                        retune=args.retune, status=status)
     threads.set(plan.spec_threads)
     fallback = None if args.fallback == "none" else args.fallback
+    stages = planner(args.verify_stages)  # one for the run and the check's timed runs: its measurements carry over
     status.say(f"decoding {args.max_new_tokens} tokens with the loop (k={plan.k}, {plan.spec_threads} "
                f"thread{'s' * (plan.spec_threads > 1)})")
     with ui.Bar(args.max_new_tokens, "loop", ui.progress_enabled(args)) as bar:
@@ -48,15 +50,15 @@ def cmd_loop(args) -> int:
         res = speculative_generate(
             loaded.target, draft, prompt, max_new_tokens=args.max_new_tokens, k=plan.k, temperature=args.temperature,
             fallback=fallback, commit_path=args.commit_path, replay_check=args.replay_check, seed=args.seed,
-            lazy_logits=lazy_logits(loaded.target),
+            lazy_logits=lazy_logits(loaded.target), stages=stages,
         )
     # the run's provenance, read right after it (the backends' event counts are the loop's, not the check's)
     run = loop_provenance(loaded.target, loaded.draft, k=plan.k, commit_path=args.commit_path, temperature=args.temperature,
-                          fallback=fallback)
+                          fallback=fallback, verify_stages=args.verify_stages)
     check = None
     if args.check:
         with status.stage(f"checking against plain greedy decoding, then timing both ({SPEED_REPEATS} interleaved runs each)"):
-            speed, plain_tokens = _speeds(args, loaded, plain_target, prompt, plan, threads)
+            speed, plain_tokens = _speeds(args, loaded, plain_target, prompt, plan, threads, stages)
             if plain_target is not loaded.target:  # the identity claim is against the loop's own row set
                 threads.set(plan.plain_threads)
                 plain_tokens = generate(loaded.target, prompt, max_new_tokens=args.max_new_tokens).tokens
@@ -79,7 +81,7 @@ def cmd_loop(args) -> int:
     return 1 if check is not None and not check["identical"] else 0
 
 
-def _speeds(args, loaded, plain_target, prompt, plan, threads) -> tuple[dict, list[int]]:
+def _speeds(args, loaded, plain_target, prompt, plan, threads, stages) -> tuple[dict, list[int]]:
     """The check's speed figures: the loop and plain decoding at its fastest, SPEED_REPEATS runs each,
     interleaved in a shuffled order (one run after the other in a fixed order shows 10-20% that is only
     the order on a shared machine); medians of tokens/s. Also plain decoding's tokens."""
@@ -89,7 +91,8 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads) -> tuple[dict, li
 
     variants = {
         "loop": lambda p: speculative_generate(loaded.target, loaded.draft, p, max_new_tokens=args.max_new_tokens, k=plan.k,
-                                               commit_path=args.commit_path, lazy_logits=lazy_logits(loaded.target)),
+                                               commit_path=args.commit_path, lazy_logits=lazy_logits(loaded.target),
+                                               stages=stages),
         "plain": lambda p: generate(plain_target, p, max_new_tokens=args.max_new_tokens),
     }
     doc = bench_runner.sweep(variants, [prompt], repeats=SPEED_REPEATS,

@@ -119,9 +119,10 @@ def cmd_scale_bench(args) -> int:
     llc = resources.last_level_cache_bytes()
     lazy = lazy_logits(target)  # the lm_head in the cache: rows on demand; streaming from memory: every row at once
     ui.note(args, f"measuring plain decoding and the loop ({prof.name}, k={k}) at {threads} threads, {ui.count(args.repeats, 'repeat')}")
-    with ui.Bar(args.repeats * 3 * len(threads), "bench", ui.progress_enabled(args)) as bar:
+    with ui.Bar(args.repeats * 5 * len(threads), "bench", ui.progress_enabled(args)) as bar:
         res = run_scale_bench(target, draft, prompt, prof, k=k, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
-                              threads=threads, set_threads=set_threads, seed=args.seed, progress=bar, lazy_logits=lazy)
+                              threads=threads, set_threads=set_threads, seed=args.seed, progress=bar, lazy_logits=lazy,
+                              stages=args.verify_stages)
     desc = backend.describe()
     host = machine()
     doc = {
@@ -133,7 +134,7 @@ def cmd_scale_bench(args) -> int:
                    "target_params": shape.target_params, "active_params": shape.active_params(),
                    "draft_params": shape.draft_params, "shape_source": shape.source, "draft_source": shape.draft_source,
                    "acceptance": args.acceptance, "profile": prof.name, "profile_keep": list(prof.keep), "k": k,
-                   "block_size": block, "threads": threads, "lazy_logits": lazy, "last_level_cache_bytes": llc, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                   "block_size": block, "threads": threads, "lazy_logits": lazy, "verify_stages": args.verify_stages, "last_level_cache_bytes": llc, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                    "prompt": prompt},
         "results": res,
     }
@@ -164,7 +165,10 @@ def _print(doc: dict) -> None:
     rows += [(f"loop, {t} thread{'s' * (t > 1)}", r["tokens_per_s"][f"loop_t{t}"], None, None) for t in c["threads"]]
     print(ui.table(["mode", "tok/s (median)", "read stream GB/s (median)", "(fastest)"], rows))
     same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy: {r['mismatches'][:2]}"
+    passes = ", ".join(f"{key} {n}" for key, n in r.get("verify_passes", {}).items())
     print(f"\nloop / fastest plain: {f(r['speedup_vs_plain'], 2)}x  (draft: {c['profile']}, k={c['k']}); output {same}")
+    print(f"verify passes {c['verify_stages']} (rows per pass: rounds): {passes}; the loop in one pass of k+1 rows: "
+          f"{f(r.get('speedup_one_pass_vs_plain'), 2)}x")
     print(f"plain reads {pb['total'] / 1e9:.2f} GB a token: {f(r['plain_stream_gb_s'], 1)} GB/s, {f(r['plain_bound_share'], 2)} "
           f"of the read-stream bound ({f(r['bound_tokens_per_s'], 2)} tok/s, at the run's fastest read)")
     ph = r["phase_ms"]
@@ -176,7 +180,8 @@ def _print(doc: dict) -> None:
     if roof.get("loop_ceiling_vs_plain"):
         print(f"ceiling on this machine now: {f(roof['loop_ceiling_vs_plain'], 2)}x (a verify takes at least "
               f"{f(roof['verify_floor_ms'], 1)} ms, {roof['verify_bound_by']}-bound at {f(roof['gmac_s'], 0)} G multiply-adds/s "
-              f"and {f(roof['stream_gb_s'], 1)} GB/s; a draft round {f(roof['draft_floor_ms'], 1)} ms); the loop reached "
+              f"and {f(roof['stream_gb_s'], 1)} GB/s in one pass, {f(roof.get('staged_verify_floor_ms'), 1)} ms expected in "
+              f"passes; a draft round {f(roof['draft_floor_ms'], 1)} ms); the loop reached "
               f"{f(roof.get('speedup_share_of_ceiling'), 2)} of it")
     p = doc["provenance"]
     print(f"peak RSS {resources.gib(r['peak_rss_bytes'])}; {p['host'].get('cpu')} [{' '.join(p['cpu_vector_flags'])}]; "

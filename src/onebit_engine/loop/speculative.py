@@ -5,7 +5,7 @@ One round (the seed PR's ``dflash2_probe loop``):
 1. the draft proposes ``d1..dn`` from the anchor ``last`` (the previous round's bonus token) and its
    context of committed target taps;
 2. the target verifies ``[last, d1..dn]`` in one batched pass; row i's logits score the token after
-   row i's token;
+   row i's token (or in passes, the next only after a full accept of the one before: ``stages.py``);
 3. greedy (T = 0): accept the longest prefix with ``d_{i+1} == argmax(logits_i)``; the bonus is
    ``argmax(logits_a)``. Sampled (T > 0): accept ``d_i`` with probability ``min(1, p/q)``; on the first
    rejection draw the bonus from ``normalize(max(0, p - q))``; after a full accept draw it from ``p``;
@@ -32,6 +32,7 @@ from ..errors import ConfigError, NumericalError
 from ..ops.sampling import choose, draw, finite_row, probs
 from ..hybrid.commit import COMMIT_PATHS
 from .inputs import check_run
+from .stages import StagePlanner, planner
 
 
 class DraftLike(Protocol):
@@ -57,6 +58,7 @@ class RoundStats:
     draft_ms: float
     verify_ms: float
     commit_ms: float
+    passes: tuple[int, ...] = ()  # rows of each verify pass (stages.py); verify_ms covers them all
 
     @property
     def total_ms(self) -> float:
@@ -125,11 +127,14 @@ def below_break_even(rounds: Sequence[RoundStats], step_ms: float, window: int =
     return len(last) == window and all(r.total_ms > r.emitted * step_ms for r in last)
 
 
-def greedy_accept(drafts: Sequence[int], logits) -> tuple[int, int]:
+def greedy_accept(drafts: Sequence[int], logits, final: bool = True) -> tuple[int, "int | None"]:
     """(accepted count a, bonus token) for greedy verification. logits [n+1, V] (an array, or
-    :class:`RowLogits`: rows past the first rejection are then never computed)."""
+    :class:`RowLogits`: rows past the first rejection are then never computed). ``final=False``: a pass
+    that checks the drafts only (logits [n, V], ``stages.py``); a full accept returns (n, None)."""
     a = 0
     while True:
+        if a == len(drafts) and not final:
+            return a, None
         top = int(np.argmax(finite_row(logits[a], f"verify row {a}")))
         if a == len(drafts) or int(drafts[a]) != top:
             return a, top
@@ -160,8 +165,10 @@ class RowLogits:
         return self.done[i]
 
 
-def sampled_accept(drafts: Sequence[int], q: np.ndarray, logits: np.ndarray, temperature: float, rng: np.random.Generator) -> tuple[int, int]:
-    """Distribution-preserving acceptance (Leviathan et al. / Chen et al.). q [n, V], logits [n+1, V]."""
+def sampled_accept(drafts: Sequence[int], q: np.ndarray, logits: np.ndarray, temperature: float, rng: np.random.Generator,
+                   final: bool = True) -> tuple[int, "int | None"]:
+    """Distribution-preserving acceptance (Leviathan et al. / Chen et al.). q [n, V], logits [n+1, V].
+    ``final=False``: as :func:`greedy_accept`; the draws are the ones a single pass makes, in its order."""
     for i, d in enumerate(drafts):
         p = probs(finite_row(logits[i], f"verify row {i}"), temperature)
         qi = np.asarray(q[i], np.float64)
@@ -170,17 +177,21 @@ def sampled_accept(drafts: Sequence[int], q: np.ndarray, logits: np.ndarray, tem
         residual = np.maximum(p - qi, 0.0)
         total = residual.sum()
         return i, draw(residual / total if total > 0 else p, rng)
+    if not final:
+        return len(drafts), None
     return len(drafts), draw(probs(finite_row(logits[len(drafts)], f"verify row {len(drafts)}"), temperature), rng)
 
 
 @dataclass(frozen=True)
 class Round:
     """What one round did: the ``proposed`` drafts, how many were ``accepted`` and the ``bonus`` token.
-    ``tokens`` (accepted drafts + bonus) is what the round emits, before the driver's stop/length cut."""
+    ``tokens`` (accepted drafts + bonus) is what the round emits, before the driver's stop/length cut.
+    ``passes``: the rows of each verify pass (one pass of ``proposed + 1`` rows unless staged)."""
 
     drafts: tuple[int, ...]
     accepted: int
     bonus: int
+    passes: tuple[int, ...] = ()
 
     @property
     def proposed(self) -> int:
@@ -199,6 +210,7 @@ def speculative_round(
     target, draft: DraftLike, state, dstate, last: int, n: int, *, temperature: float = 0.0,
     rng: np.random.Generator | None = None, commit_path: str = "keep", replay_check: bool = False,
     label: str = "", phase: Callable[[str], None] = _no_phase, lazy_logits: bool = True,
+    stages: "StagePlanner | None" = None,
 ) -> Round:
     """One round from the anchor ``last``: draft ``n`` tokens, verify ``[last, d1..dn]`` (n + 1 rows),
     accept (greedy at T = 0, rejection sampling at T > 0), ``commit(a + 1)``, append the kept rows' taps
@@ -206,7 +218,10 @@ def speculative_round(
     ends (the driver's clock). ``label`` prefixes a NumericalError of the acceptance (where in the run).
     ``lazy_logits``: compute the verify's logits a block of rows at a time, up to the first rejection (pays
     where the lm_head is compute-bound: its weights in the CPU cache); False: every row in one lm_head call
-    (pays where its weights stream from memory: one pass over them instead of up to three)."""
+    (pays where its weights stream from memory: one pass over them instead of up to three).
+    ``stages``: a :class:`StagePlanner` that splits the verify into passes (``stages.py``: the same output,
+    the same draws; a pass that keeps all its drafts is committed inside the "verify" phase and the next
+    one starts from there), and that times them; None: one pass."""
     sampling = temperature > 0
     prop = draft.propose(dstate, last, n, temperature=temperature, rng=rng if sampling else None)
     drafts = [int(t) for t in np.asarray(prop.tokens).reshape(-1)[:n]]
@@ -214,22 +229,40 @@ def speculative_round(
     # A target that can compute a verify's logits later (``Target.logits``) skips the lm_head of the rows
     # past the first rejection; any other target returns them all from verify.
     lazy = {"logits": False} if lazy_logits and callable(getattr(target, "logits", None)) else {}
-    ver = target.verify([last] + drafts, state, checkpoints=(commit_path == "checkpoint"), **lazy)
-    rows = RowLogits(len(drafts) + 1, lambda lo, hi: target.logits(ver.hidden[lo:hi, -1])) if lazy else ver.logits
-    try:
-        if sampling:
-            a, bonus = sampled_accept(drafts, prop.q, rows, temperature, rng)
-        else:
-            a, bonus = greedy_accept(drafts, rows)
-    except NumericalError as e:  # name where in the run it happened
-        if not label:
-            raise
-        raise NumericalError(f"{label}, {e}") from None
+    done, bonus, passes, taps = 0, None, [], []
+    while bonus is None:
+        left = n - done
+        rows_n = stages.rows(done, left) if stages is not None else left + 1
+        final = rows_n == left + 1
+        toks = [last if done == 0 else drafts[done - 1]] + drafts[done: done + rows_n - 1]
+        t0 = time.perf_counter()
+        ver = target.verify(toks, state, checkpoints=(commit_path == "checkpoint"), **lazy)
+        rows = RowLogits(len(toks), lambda lo, hi, h=ver.hidden: target.logits(h[lo:hi, -1])) if lazy else ver.logits
+        checked = drafts[done: done + (left if final else rows_n)]
+        try:
+            if sampling:
+                kept, bonus = sampled_accept(checked, prop.q[done:], rows, temperature, rng, final)
+            else:
+                kept, bonus = greedy_accept(checked, rows, final)
+        except NumericalError as e:  # name where in the run it happened
+            if not label:
+                raise
+            raise NumericalError(f"{label}, {e}") from None
+        passes.append(rows_n)
+        if bonus is None:  # every draft this pass checked was kept: commit it whole, go on from its last draft
+            target.commit(state, rows_n, path=commit_path, replay_check=replay_check)
+            taps.append(ver.hidden)
+        if stages is not None:
+            stages.observe_pass(rows_n, time.perf_counter() - t0)
+        done += kept
     phase("verify")
-    target.commit(state, a + 1, path=commit_path, replay_check=replay_check)
+    target.commit(state, kept + 1, path=commit_path, replay_check=replay_check)
     phase("commit")
-    draft.append_context(dstate, ver.hidden[: a + 1])
-    return Round(tuple(drafts), a, bonus)
+    taps.append(ver.hidden[: kept + 1])
+    draft.append_context(dstate, taps[0] if len(taps) == 1 else np.concatenate(taps))
+    if stages is not None:
+        stages.observe_round(n, done)
+    return Round(tuple(drafts), done, bonus, tuple(passes))
 
 
 def draft_block_size(draft) -> int:
@@ -244,13 +277,15 @@ def speculative_generate(
     target, draft: DraftLike, prompt: Sequence[int], *, max_new_tokens: int, k: int | None = None,
     temperature: float = 0.0, fallback: "str | FallbackPolicy | None" = None, commit_path: str = "keep",
     replay_check: bool = False, seed: int | None = None, stop_tokens: Sequence[int] | None = None,
-    lazy_logits: bool = True,
+    lazy_logits: bool = True, stages: "str | int | StagePlanner | None" = None,
 ) -> SpecResult:
     """Speculative decoding of ``max_new_tokens`` tokens. ``k``: drafts per round (default block - 1).
 
     ``fallback``: None (never), ``"break-even"`` (finish with plain steps once the last 3 rounds were
     slower per token than a measured plain step) or a callable ``(rounds, step_ms) -> bool``.
     ``lazy_logits``: see :func:`speculative_round` (same output either way; only the cost differs).
+    ``stages``: the verify's passes (``stages.py``): None or ``"one"`` (one pass of k + 1 rows), ``"auto"``,
+    a first-pass row count, or a :class:`StagePlanner` to reuse across runs (same output either way).
     The result's ``provenance`` is left empty: a caller that reports computes it
     (``measure.provenance.loop_provenance``).
     """
@@ -262,6 +297,7 @@ def speculative_generate(
     if commit_path not in COMMIT_PATHS:
         raise ConfigError(f"commit_path {commit_path!r} is not one of {COMMIT_PATHS}")
     prompt = check_run(target, prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    plan = planner(stages)
     policy = below_break_even if fallback == "break-even" else fallback
     if policy is not None and not callable(policy):
         raise ConfigError(f"fallback {fallback!r} must be None, 'break-even' or a callable (rounds, step_ms) -> bool")
@@ -314,11 +350,12 @@ def speculative_generate(
         r = speculative_round(target, draft, state, dstate, last, n, temperature=temperature, rng=rng,
                               commit_path=commit_path, replay_check=replay_check,
                               label=f"round {len(rounds) + 1} (after token {len(out) - 1})", phase=clock,
-                              lazy_logits=lazy_logits)
+                              lazy_logits=lazy_logits, stages=plan)
         te = time.perf_counter()
         tb, tc, td = marks["draft"], marks["verify"], marks["commit"]
         emitted = emit(r.tokens)
-        rounds.append(RoundStats(r.proposed, r.accepted, emitted, 1e3 * (tb - ta + te - td), 1e3 * (tc - tb), 1e3 * (td - tc)))
+        rounds.append(RoundStats(r.proposed, r.accepted, emitted, 1e3 * (tb - ta + te - td), 1e3 * (tc - tb), 1e3 * (td - tc),
+                                 r.passes))
         if policy is not None and res.fallback_at is None and policy(rounds, res.step_ms or 0.0):
             res.fallback_at = len(out)
     res.decode_s = time.perf_counter() - t1

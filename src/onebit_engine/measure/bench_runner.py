@@ -46,10 +46,12 @@ def check_room(max_new_tokens: int, k: int) -> None:
 
 def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *, k: int, commit_path: str = "keep",
               max_new_tokens: int = 32, repeats: int = 3, provenance: dict[str, Any],
-              progress: Progress | None = None) -> dict[str, Any]:
-    """Measure; return the JSON-ready result (see ``docs/cli.md``, ``onebit bench``)."""
+              progress: Progress | None = None, stages: "str | int" = "one") -> dict[str, Any]:
+    """Measure; return the JSON-ready result (see ``docs/cli.md``, ``onebit bench``). ``stages``: the loop's
+    verify passes (``loop/stages.py``), one planner over every speculative run."""
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
+    from ..loop.stages import planner
 
     check_room(max_new_tokens, k)
     if repeats < 1:
@@ -57,11 +59,13 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
     from .regime import lazy_logits
 
     lazy = lazy_logits(target)
+    plan = planner(stages)
     modes: dict[str, Callable[[Sequence[int]], Any]] = {
         "plain": lambda p: generate(target, p, max_new_tokens=max_new_tokens, stop_tokens=()),
         "plain_1row": lambda p: generate(target_one_row, p, max_new_tokens=max_new_tokens, stop_tokens=()),
         "speculative": lambda p: speculative_generate(target, draft, p, max_new_tokens=max_new_tokens, k=k,
-                                                      commit_path=commit_path, stop_tokens=(), lazy_logits=lazy),
+                                                      commit_path=commit_path, stop_tokens=(), lazy_logits=lazy,
+                                                      stages=plan),
     }
     names = list(modes)
     doc = sweep(modes, prompts, repeats=repeats, progress=progress)
@@ -101,7 +105,7 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
     }
     if reasons:
         results["null_reasons"] = reasons
-    config = {"k": k, "commit_path": commit_path, "max_new_tokens": max_new_tokens, "repeats": repeats, "lazy_logits": lazy,
+    config = {"k": k, "commit_path": commit_path, "max_new_tokens": max_new_tokens, "repeats": repeats, "lazy_logits": lazy, "verify_stages": stages,
               "prompts": [list(map(int, p)) for p in prompts]}
     prov = dict(provenance, k=k, commit_path=commit_path, max_new_tokens=max_new_tokens, prompt_set_hash=prompt_set_hash(prompts))
     return {"schema": SCHEMA, "provenance": prov, "config": config, "results": results, "runs": runs}

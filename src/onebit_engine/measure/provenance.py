@@ -65,10 +65,12 @@ def plain_provenance(target, *, temperature: float = 0.0) -> dict[str, Any]:
     return run_provenance(target, mode="plain", temperature=temperature)
 
 
-def loop_provenance(target, draft, *, k: int, commit_path: str = "keep", temperature: float = 0.0, fallback=None) -> dict[str, Any]:
+def loop_provenance(target, draft, *, k: int, commit_path: str = "keep", temperature: float = 0.0, fallback=None,
+                    verify_stages: "str | int" = "one") -> dict[str, Any]:
     """``run_provenance`` of a speculative run (``loop.speculative_generate``) of ``draft`` with ``k`` drafts
-    per round: plus the draft's backend (and NPU, on a device) and version and the fallback policy
-    (None, its name, or "custom" for a callable). The loop itself computes none of it (no git, no probe)."""
+    per round: plus the draft's backend (and NPU, on a device) and version, the fallback policy
+    (None, its name, or "custom" for a callable) and the verify's pass rule (``loop/stages.py``). The loop
+    itself computes none of it (no git, no probe)."""
     draft_desc = getattr(getattr(draft, "backend", None), "describe", lambda: {})()
     return run_provenance(
         target, mode="speculative", commit_path=commit_path, k=k, temperature=temperature,
@@ -76,6 +78,7 @@ def loop_provenance(target, draft, *, k: int, commit_path: str = "keep", tempera
         draft_backend_events=draft_desc.get("events"),
         **{f"draft_{key}": v for key, v in device_provenance(draft_desc).items()}, draft_version=getattr(getattr(draft, "config", None), "version", None),
         fallback=None if fallback is None else (fallback if isinstance(fallback, str) else "custom"),
+        verify_stages=verify_stages,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..hybrid.moe_mlp import MoeMLP, sparse_blocks
+from ..loop.stages import best_passes
 from .walk import linears, packed_bytes
 
 WEIGHT_SHAPE = (2048, 4096)  # 8 M weights: in the last-level cache (4-8 MiB packed), out of a core's L2
@@ -104,10 +105,13 @@ class MacRate:
 def ceilings(*, k: int, step_macs: int, step_bytes: int, draft_macs: tuple[int, int], draft_bytes: tuple[int, int],
              gmac_s: "float | None", stream_gb_s: "float | None", tokens_per_round: "float | None",
              plain_tokens_per_s: "float | None", plain_step_ms: "float | None",
-             verify_bytes: "int | None" = None) -> dict[str, Any]:
+             verify_bytes: "int | None" = None, keep: "Sequence[float] | None" = None) -> dict[str, Any]:
     """The floors and the ceiling (module docstring). ``draft_macs`` / ``draft_bytes``: (layers per row,
     lm_head per row) as ``draft_round`` gives them; ``verify_bytes``: what a verify reads (a step's plus
-    ``verify_extra_bytes``; default a step's). None where an input is missing (with the reason)."""
+    ``verify_extra_bytes``; default a step's). None where an input is missing (with the reason).
+    ``keep``: P(draft i + 1 kept | drafts 1..i kept) for i < k: also the verify floor of the best schedule of
+    passes (``loop/stages.py``; a pass of r rows at max(r rows' multiply-adds, a verify's bytes): for a sparse
+    target the bytes of k + 1 rows' experts, an upper bound for fewer rows), and the ceiling is the better one."""
     if not gmac_s or not stream_gb_s:
         return {"null_reason": "no multiply-add rate or no read stream measured"}
     verify_bytes = step_bytes if verify_bytes is None else verify_bytes
@@ -127,6 +131,12 @@ def ceilings(*, k: int, step_macs: int, step_bytes: int, draft_macs: tuple[int, 
     if plain_step_ms:
         out["verify_floor_over_plain_step"] = verify_floor / plain_step_ms
         out["draft_floor_over_plain_step"] = draft_floor / plain_step_ms
+    if keep is not None and len(keep) == k:
+        floor = lambda r: max(r * step_macs / (gmac_s * 1e9) * 1e3, verify_m)  # noqa: E731  a pass of r rows
+        kept = lambda d, s: float(np.prod(keep[d: d + s]))  # noqa: E731
+        staged, first = best_passes(floor, kept, 0, k)
+        out["staged_verify_floor_ms"], out["staged_first_pass_rows"] = staged, first
+        verify_floor = min(verify_floor, staged)
     if tokens_per_round and plain_tokens_per_s:
         out["loop_ceiling_vs_plain"] = tokens_per_round / ((verify_floor + draft_floor) / 1e3) / plain_tokens_per_s
     return out

@@ -52,11 +52,14 @@ def step_bytes(target) -> dict[str, int]:
 def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: int, max_new_tokens: int, repeats: int,
                     threads: Sequence[int], set_threads: Callable[[int], None], seed: int = 0,
                     progress: Callable[[int], None] | None = None, stream_bytes: int = STREAM_BYTES,
-                    lazy_logits: bool = True) -> dict[str, Any]:
+                    lazy_logits: bool = True, stages: "str | int" = "auto") -> dict[str, Any]:
     """Measure (see the module docstring); returns the ``results`` part of the JSON document.
-    ``lazy_logits``: the loop's choice (``speculative_generate``): False where the lm_head streams from memory."""
+    ``lazy_logits``: the loop's choice (``speculative_generate``): False where the lm_head streams from memory.
+    ``stages``: the loop's verify passes (``loop/stages.py``); the loop in one pass of k + 1 rows is measured
+    beside it (``loop_one``), interleaved the same way: what the passes buy, and the verify(k+1) figures."""
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
+    from ..loop.stages import StagePlanner
 
     if repeats < 1 or not threads:
         raise ConfigError(f"repeats={repeats} and threads={list(threads)}: need at least one repeat and one thread count")
@@ -65,18 +68,23 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
     set_threads(max(threads))
     truth = generate(target, prompt, max_new_tokens=max_new_tokens, stop_tokens=()).tokens  # warm-up and the oracle's truth
     oracle = OracleDraft(draft, truth, len(prompt), prof, target.config.vocab_size, seed=seed)
-    loop = lambda: speculative_generate(target, oracle, prompt, max_new_tokens=max_new_tokens, k=k, stop_tokens=(),  # noqa: E731
-                                        lazy_logits=lazy_logits)
-    loop()  # warm-up: the draft's compiled ops, first-touch memory
+    plans = {t: StagePlanner(stages) for t in threads}  # a pass's time depends on the threads: one planner each
+    loop = lambda t, one=False: speculative_generate(  # noqa: E731
+        target, oracle, prompt, max_new_tokens=max_new_tokens, k=k, stop_tokens=(), lazy_logits=lazy_logits,
+        stages="one" if one else plans[t])
+    for t in sorted(threads, reverse=True):  # warm-up: the draft's compiled ops, first-touch memory, the planners
+        set_threads(t)
+        loop(t)
+    set_threads(max(threads))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # load + decode, before the stream's buffer
     huge = huge_page_bytes()  # the weights' share of huge pages (resources.huge_page_bytes says why it matters)
     buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
     lib = getattr(target.backend, "_native", None)  # the host-int library: its own read loop, on its own pool
     streams = {t: ReadStream(threads=t, buf=buf, native=lib) for t in threads}
     macs = MacRate(target.backend, k + 1, seed=seed)
-    variants = [(kind, t) for t in threads for kind in ("plain", "loop", "stream", "compute")]
+    variants = [(kind, t) for t in threads for kind in ("plain", "loop", "loop_one", "stream", "compute")]
     rates: dict = {v: [] for v in variants}
-    rounds: dict[int, list] = {t: [] for t in threads}
+    rounds: dict = {(kind, t): [] for t in threads for kind in ("loop", "loop_one")}
     mismatches: list[dict] = []
     order_rng = random.Random(seed)
     for rep in range(repeats):
@@ -97,12 +105,12 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
                 if res.tokens != truth:
                     mismatches.append({"variant": f"plain, {t} threads", "repeat": rep})
             else:
-                res = loop()
+                res = loop(t, one=kind == "loop_one")
                 rates[(kind, t)].append(res.tokens_per_s)
-                rounds[t].extend(res.rounds)
+                rounds[(kind, t)].extend(res.rounds)
                 if res.tokens != truth:
                     first = next((i for i, (a, b) in enumerate(zip(res.tokens, truth)) if a != b), min(len(res.tokens), len(truth)))
-                    mismatches.append({"variant": f"loop, {t} threads", "repeat": rep, "first_difference": first})
+                    mismatches.append({"variant": f"{kind}, {t} threads", "repeat": rep, "first_difference": first})
             if progress:
                 progress(1)
     for s in streams.values():
@@ -136,11 +144,12 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
 
     step_ms = ratio(1e3, plain, "plain_step_ms", "plain decoding ran at 0 tokens/s")
     same_t_step = ratio(1e3, med[f"plain_t{loop_t}"], "plain_step_ms_at_loop_threads", "plain decoding ran at 0 tokens/s")
-    rs = rounds[loop_t]
+    rs, rs_one = rounds[("loop", loop_t)], rounds[("loop_one", loop_t)]
     mean = lambda xs: float(np.mean(xs)) if xs else None  # noqa: E731
-    phases = {"draft": mean([r.draft_ms for r in rs]), "verify": mean([r.verify_ms for r in rs]),
-              "commit": mean([r.commit_ms for r in rs]), "round": mean([r.total_ms for r in rs])}
-    full = [r for r in rs if r.proposed == k]
+    phase_means = lambda rr: {"draft": mean([r.draft_ms for r in rr]), "verify": mean([r.verify_ms for r in rr]),  # noqa: E731
+                              "commit": mean([r.commit_ms for r in rr]), "round": mean([r.total_ms for r in rr])}
+    phases = phase_means(rs)
+    full = [r for r in rs_one if r.proposed == k]  # verify(k+1): the one-pass loop's full-width rounds
     bound = ratio(stream * 1e9 if stream else None, sb["total"], "bound_tokens_per_s", "no read stream measured")
     gmac = {t: max(rates.get(("compute", t), []), default=None) for t in threads}  # the fastest, like the stream
     per_thread = max((gmac[t] / t for t in threads if gmac[t]), default=None)
@@ -150,7 +159,8 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
         roof = ceilings(k=k, step_macs=active_sum(target, linear_macs), step_bytes=sb["total"],
                         draft_macs=draft_round(draft, linear_macs), draft_bytes=draft_round(draft, packed_bytes),
                         gmac_s=per_thread * loop_t if per_thread else None, stream_gb_s=stream, tokens_per_round=tokens_per_round,
-                        plain_tokens_per_s=plain, plain_step_ms=same_t_step, verify_bytes=sb["total"] + verify_extra)
+                        plain_tokens_per_s=plain, plain_step_ms=same_t_step, verify_bytes=sb["total"] + verify_extra,
+                        keep=prof.keep)
         if spec and roof.get("loop_ceiling_vs_plain"):
             roof["speedup_share_of_ceiling"] = spec / plain / roof["loop_ceiling_vs_plain"]
     return {
@@ -166,6 +176,10 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
         "plain_stream_gb_s": plain * sb["total"] / 1e9 if plain else None,
         "plain_step_ms": step_ms,
         "phase_ms": {**phases, "plain_step": same_t_step},
+        "speedup_one_pass_vs_plain": ratio(med[f"loop_one_t{loop_t}"], plain, "speedup_one_pass_vs_plain",
+                                           "plain decoding ran at 0 tokens/s"),
+        "phase_ms_one_pass": phase_means(rs_one),
+        "verify_passes": _pass_counts(rs),
         "verify_over_plain_step": ratio(mean([r.verify_ms for r in full]), same_t_step, "verify_over_plain_step",
                                         "no full-width round or no plain step"),
         "draft_over_plain_step": ratio(phases["draft"], same_t_step, "draft_over_plain_step", "no round or no plain step"),
@@ -179,6 +193,15 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
         "generated_tokens": len(truth), "distinct_generated_tokens": len(set(truth)),
         **({"null_reasons": reasons} if reasons else {}),
     }
+
+
+def _pass_counts(rounds) -> dict[str, int]:
+    """How the loop's rounds split their verify: "4+4" -> rounds that ran a pass of 4 rows, then one of 4."""
+    out: dict[str, int] = {}
+    for r in rounds:
+        key = "+".join(map(str, r.passes)) or str(r.proposed + 1)
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _by_position(rounds, k: int) -> list:

@@ -1,0 +1,124 @@
+"""A round's verify in stages: how many rows each verify pass takes.
+
+A round verifies ``[last, d1..dn]``. In one pass that is n + 1 rows. Where the weights stream from memory
+and a few rows cost no more than one (their multiply-adds hide behind the stream), but n + 1 rows cost
+compute (a 27B int4 target on 2 cores: 4 rows ~1.2 plain steps, 8 rows ~2.2), a round can verify the
+first s rows, and run the rest as a second pass only when every draft the first pass checked was kept. Row
+i of a pass scores the token after it, so a pass of s rows checks the next s drafts; after a full accept
+of those, the next pass starts at the last of them. The rows each pass sees, their state and their bits
+are the ones a single pass gives (a verify's rows are bitwise single steps, and a pass that keeps all of
+its rows commits them by the ``keep`` path), so the output does not depend on the schedule; nor do the
+random draws at T > 0 (the acceptance draws one number per checked draft, in order, and the bonus once).
+
+:class:`StagePlanner` picks each pass's rows to minimise the expected verify time of the rest of the
+round: ``cost(s) + P(the s drafts are all kept) * cost(rows left)``, from two things the loop measures
+as it runs: the wall time of a pass by its rows (the median of the last few) and, from past rounds, how
+often drafts at those positions were kept. A row count not yet measured is priced by interpolating the
+measured ones (through zero below the smallest), an optimistic guess the next pass of that size
+corrects: a schedule is tried at most about once before the measurements decide.
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ConfigError
+
+RECENT = 5  # passes of one row count whose median prices it: the machine's memory speed drifts
+PRIOR = 0.5  # pseudo-count of a kept and a missed draft: no history reads as "kept half the time"
+
+
+@dataclass
+class StagePlanner:
+    """Chooses the rows of each verify pass. ``mode``: ``"auto"`` (the expected-cost rule above),
+    ``"one"`` (every round one pass: the rule of the seed PR) or an int s >= 1 (a first pass of at most s
+    rows, the rest in one more pass). One planner can serve several runs of the same target and draft
+    (its measurements carry over, so a warm-up run trains it)."""
+
+    mode: "str | int" = "auto"
+    costs: dict[int, deque] = field(default_factory=dict)  # rows -> recent pass seconds
+    rounds: Counter = field(default_factory=Counter)  # (drafts proposed, drafts kept) -> past rounds
+
+    def __post_init__(self):
+        m = self.mode
+        if not (m in ("auto", "one") or (isinstance(m, int) and not isinstance(m, bool) and m >= 1)):
+            raise ConfigError(f"verify stages {m!r} must be 'auto', 'one' or a first-pass row count >= 1")
+
+    def rows(self, done: int, left: int) -> int:
+        """Rows of the next pass of a round whose first ``done`` drafts are kept and ``left`` are unchecked
+        (the pass can take 1 .. left + 1 rows; left + 1 checks them all and scores the bonus)."""
+        if left < 0 or done < 0:
+            raise ConfigError(f"a pass after {done} kept drafts with {left} left: both must be >= 0")
+        full = left + 1
+        if self.mode == "one":
+            return full
+        if isinstance(self.mode, int):
+            return full if done else min(self.mode, full)
+        if not self.costs:  # first one pass, whose time prices the others
+            return full
+        return best_passes(self.cost_ms, self.kept_all, done, left)[1]
+
+    def expected_ms(self, done: int, left: int, s: int) -> float:
+        """Expected time of the rest of the round if the next pass takes s rows and the later ones are
+        chosen by the same rule."""
+        full = left + 1
+        if s >= full:
+            return self.cost_ms(full)
+        return self.cost_ms(s) + self.kept_all(done, s) * best_passes(self.cost_ms, self.kept_all, done + s, left - s)[0]
+
+    def kept_all(self, done: int, s: int) -> float:
+        """P(drafts done+1 .. done+s all kept | drafts 1..done kept), from past rounds that proposed them."""
+        asked = kept = 0
+        for (p, a), n in self.rounds.items():
+            if a >= done and p >= done + s:
+                asked += n
+                kept += n * (a >= done + s)
+        return (kept + PRIOR) / (asked + 2 * PRIOR)
+
+    def cost_ms(self, rows: int) -> float:
+        """A pass's time: the median of its recent measurements, else interpolated (see the module)."""
+        if rows in self.costs:
+            return 1e3 * float(np.median(self.costs[rows]))
+        known = sorted((r, 1e3 * float(np.median(v))) for r, v in self.costs.items())
+        if not known:
+            return float(rows)  # nothing measured: a unit that grows with the rows
+        below = [(r, c) for r, c in known if r < rows] or [(0, 0.0)]
+        above = [(r, c) for r, c in known if r > rows]
+        (r0, c0) = below[-1]
+        if not above:  # past the largest measured: the same cost per row
+            return c0 * rows / r0
+        (r1, c1) = above[0]
+        return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+
+    def observe_pass(self, rows: int, seconds: float) -> None:
+        self.costs.setdefault(rows, deque(maxlen=RECENT)).append(seconds)
+
+    def observe_round(self, proposed: int, accepted: int) -> None:
+        self.rounds[(proposed, accepted)] += 1
+
+
+def best_passes(cost: Callable[[int], float], kept: Callable[[int, int], float], done: int, left: int) -> tuple[float, int]:
+    """(expected time, rows of the next pass) of the best pass schedule for the rest of a round:
+    ``E(done, left) = min over s in 1..left+1 of cost(s) + [s <= left] kept(done, s) E(done + s, left - s)``
+    (``kept(done, s)``: P(the next s drafts are all kept | the first done were)). Ties go to the larger
+    pass (fewer passes). O(left^2) evaluations; ``measure/roofline.py`` prices its ceiling with it."""
+    memo: dict[int, tuple[float, int]] = {}
+
+    def e(d: int) -> tuple[float, int]:
+        if d not in memo:
+            lft = done + left - d
+            memo[d] = min(((cost(s) + (kept(d, s) * e(d + s)[0] if s <= lft else 0.0), s) for s in range(1, lft + 2)),
+                          key=lambda t: (t[0], -t[1]))
+        return memo[d]
+
+    return e(done)
+
+
+def planner(stages: "str | int | StagePlanner | None") -> StagePlanner:
+    """The planner a run uses: the one given, or a fresh one of the mode given (None: ``"one"``)."""
+    if isinstance(stages, StagePlanner):
+        return stages
+    return StagePlanner("one" if stages is None else stages)

@@ -1,0 +1,156 @@
+"""A verify in passes (``loop/stages.py``) changes the cost of a round, never its result:
+
+* greedy and sampled runs with every pass schedule (fixed first passes of 1..k rows, "auto", "one") give
+  the same tokens, the same accepted counts per round, and the same final target and draft state as one
+  pass, on every commit path; the schedules really ran more than one pass;
+* the planner's rule on costs it is given: where a few rows cost what one does and drafts are often
+  missed it splits the verify at the expected-cost minimum; where every draft is kept, or each row costs
+  the same, it does not; a row count never measured is priced by interpolation and a first round is one
+  pass; bad modes are refused.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onebit_engine import ConfigError
+from onebit_engine.loop.speculative import speculative_generate
+from onebit_engine.loop.stages import StagePlanner
+
+from .stubs import BigramDraft, BigramTarget, ScriptedDraft
+from .test_round import kept_states, real_pair, same_draft_state, same_target_state
+
+
+def run(monkeypatch, target, draft, prompt, stages, **kw):
+    made = kept_states(monkeypatch, target, draft)
+    res = speculative_generate(target, draft, prompt, stop_tokens=[], stages=stages, **kw)
+    monkeypatch.undo()
+    return res, made[-2], made[-1]
+
+
+def same_runs(monkeypatch, make, prompt, schedules, **kw):
+    """Every schedule against one pass; returns how many rounds ran in more than one pass."""
+    ref, st, dst = run(monkeypatch, *make(), prompt, "one", **kw)
+    assert all(r.passes == (r.proposed + 1,) for r in ref.rounds)
+    split = 0
+    for stages in schedules:
+        got, st2, dst2 = run(monkeypatch, *make(), prompt, stages, **kw)
+        assert got.tokens == ref.tokens, stages
+        assert [(r.proposed, r.accepted) for r in got.rounds] == [(r.proposed, r.accepted) for r in ref.rounds], stages
+        assert same_target_state(st, st2) and same_draft_state(dst, dst2), stages
+        for r in got.rounds:
+            assert sum(r.passes) - (len(r.passes) - 1) <= r.proposed + 1  # rows checked, no row twice
+        split += sum(len(r.passes) > 1 for r in got.rounds)
+    return split
+
+
+@pytest.mark.parametrize("commit_path", ["keep", "checkpoint", "replay"])
+def test_passes_give_one_pass_results_greedy(monkeypatch, tmp_path, commit_path):
+    target, draft = real_pair(tmp_path)
+    prompt = [2, 7, 1, 8]
+    wrong = lambda r: [None, 0, 2, None, 1, 3, None][r % 7]  # noqa: E731  every accept count, full accepts
+    make = lambda: (target, ScriptedDraft(target, prompt, 40, block_size=5, wrong_at=wrong))  # noqa: E731
+    assert same_runs(monkeypatch, make, prompt, [1, 2, 3, 4, "auto"], max_new_tokens=40, k=4,
+                     commit_path=commit_path) > 10
+    assert same_runs(monkeypatch, lambda: (target, draft), [3, 1, 4], [2, "auto"], max_new_tokens=23, k=4,
+                     commit_path=commit_path) >= 0  # the real draft: whatever it keeps
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_passes_give_one_pass_results_sampled(monkeypatch, tmp_path, seed):
+    """The same draws in the same order: the same tokens at T > 0, not only the same distribution."""
+    rng = np.random.default_rng(5)
+    P, Q = rng.dirichlet(np.ones(6) * 3, size=6), rng.dirichlet(np.ones(6) * 3, size=6)
+    make = lambda: (BigramTarget(P), BigramDraft(Q, block_size=5))  # noqa: E731
+    assert same_runs(monkeypatch, make, [0], [1, 2, 3, "auto"], max_new_tokens=60, k=4, temperature=1.0, seed=seed) > 5
+    target, draft = real_pair(tmp_path, version=1)
+    same_runs(monkeypatch, lambda: (target, draft), [9, 2, 6], [1, 2], max_new_tokens=20, k=3, temperature=0.8,
+              seed=seed)
+
+
+def planner_with(costs_ms: dict, kept: float, rounds: int = 400, k: int = 7, seed: int = 0) -> StagePlanner:
+    """A planner that has seen passes of these costs and rounds whose drafts were each kept with ``kept``."""
+    p = StagePlanner("auto")
+    for r, ms in costs_ms.items():
+        p.observe_pass(r, ms / 1e3)
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
+        a = 0
+        while a < k and rng.random() < kept:
+            a += 1
+        p.observe_round(k, a)
+    return p
+
+
+FLAT_THEN_COMPUTE = {1: 289.0, 2: 300.0, 3: 320.0, 4: 348.0, 5: 428.0, 6: 496.0, 7: 570.0, 8: 634.0}  # 27B int4, 2 cores
+
+
+def test_the_planner_splits_where_rows_are_cheap_and_drafts_are_missed():
+    p = planner_with(FLAT_THEN_COMPUTE, kept=0.8)
+    first = p.rows(0, 7)
+    assert first == 4  # 348 + P(4 kept) 348 ~ 490 ms against 634 for one pass
+    assert p.expected_ms(0, 7, 4) < 0.8 * p.expected_ms(0, 7, 8)
+    assert p.rows(4, 3) == 4  # after a full accept of the first pass: the rest in one pass
+
+
+def test_the_planner_keeps_one_pass_when_every_draft_is_kept_or_rows_cost_alike():
+    assert planner_with(FLAT_THEN_COMPUTE, kept=1.0).rows(0, 7) == 8
+    linear = {r: 100.0 + 10.0 * r for r in range(1, 9)}  # a fixed cost a pass and a small one a row
+    assert planner_with(linear, kept=0.8).rows(0, 7) == 8
+
+
+def test_the_planner_prices_unmeasured_rows_and_starts_with_one_pass():
+    p = StagePlanner("auto")
+    assert p.rows(0, 7) == 8  # nothing measured: one pass, whose time prices the rest
+    p.observe_pass(8, 0.8)
+    assert p.cost_ms(8) == pytest.approx(800.0) and p.cost_ms(4) == pytest.approx(400.0)  # through zero
+    p.observe_pass(2, 0.5)
+    assert p.cost_ms(5) == pytest.approx(500.0 + 300.0 * 3 / 6) and p.cost_ms(1) == pytest.approx(250.0)
+    assert p.cost_ms(10) == pytest.approx(1000.0)  # past the largest: its cost per row
+    assert p.rows(0, 7) < 8  # no history: half the drafts kept, so an unmeasured split is worth a try
+
+
+def test_fixed_and_one_pass_modes_and_refusals():
+    assert StagePlanner("one").rows(0, 7) == 8
+    fixed = StagePlanner(3)
+    assert fixed.rows(0, 7) == 3 and fixed.rows(3, 4) == 5 and fixed.rows(0, 1) == 2
+    for bad in (0, -1, "two", 2.5, True):
+        with pytest.raises(ConfigError, match="must be 'auto', 'one' or a first-pass row count"):
+            StagePlanner(bad)
+
+
+def every_schedule(left: int):
+    """All ways to cut ``left`` drafts into passes: tuples of pass rows (the last pass scores the bonus)."""
+    if left == 0:
+        yield (1,)
+        return
+    yield (left + 1,)
+    for s in range(1, left + 1):
+        for rest in every_schedule(left - s):
+            yield (s,) + rest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_passes_is_the_best_schedule(seed):
+    """The rule's recursion against every schedule priced by hand, on random costs and keep rates."""
+    from onebit_engine.loop.stages import best_passes
+
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 7))
+    cost = dict(enumerate(np.cumsum(rng.random(k + 2) * rng.choice([0.1, 1.0, 5.0], k + 2)) + rng.random(), start=1))
+    keep = rng.random(k) ** 0.3
+    kept = lambda d, s: float(np.prod(keep[d: d + s]))  # noqa: E731
+
+    def price(sched):
+        total, alive, done = 0.0, 1.0, 0
+        for i, s in enumerate(sched):
+            total += alive * cost[s]
+            if i + 1 < len(sched):
+                alive *= kept(done, s)
+                done += s
+        return total
+
+    best = min(price(s) for s in every_schedule(k))
+    got, first = best_passes(lambda r: cost[r], kept, 0, k)
+    assert got == pytest.approx(best)
+    assert any(sch[0] == first and price(sch) == pytest.approx(best) for sch in every_schedule(k))
