@@ -174,8 +174,11 @@ def render(docs: dict) -> str:
         target = {"27b": ">= 2.5", "27b-seed": ">= 4.5", "08b": ">= 2.0", "08b-seed": ">= 3.0", "35b": "measured"}[key]
         roof = r.get("roofline") or {}
         ceiling = (f"; this run's ceiling {_f(roof['loop_ceiling_vs_plain'])}" if roof.get("loop_ceiling_vs_plain") else "")
+        passes = ", ".join(f"{k2} x{n}" for k2, n in (r.get("verify_passes") or {}).items())
+        one = (f"; in one pass of 8 rows {_f(r['speedup_one_pass_vs_plain'])}, verify passes (rows: rounds) {passes}"
+               if r.get("speedup_one_pass_vs_plain") is not None else "")
         lines.append(f"| {label} | loop / fastest plain | **{_f(r['speedup_vs_plain'])}** ({_f(r['loop_tokens_per_s'])} vs "
-                     f"{_f(r['plain_tokens_per_s'])} tok/s; {_f(r['tokens_per_round'])} tokens a round; {same}{ceiling}) | {target} |")
+                     f"{_f(r['plain_tokens_per_s'])} tok/s; {_f(r['tokens_per_round'])} tokens a round; {same}{ceiling}{one}) | {target} |")
         if key in ("27b", "35b"):
             t2 = r["tokens_per_s"].get("plain_t2")
             best = r.get("read_stream_gb_s_max") or r["read_stream_gb_s"]  # older JSON: the medians
@@ -200,7 +203,7 @@ def render(docs: dict) -> str:
         lines += ["", f"A ceiling is the most the loop could give over the plain decoding measured beside it if its verify "
                   f"and draft round took only their floors: the larger of their multiply-adds at the backend's rate "
                   f"(its GEMM at 8 rows on a cache-resident weight, timed in the same run: the best per-thread rate times "
-                  f"the loop's threads, {lo:.0f}-{hi:.0f} G multiply-adds a second) and their weight bytes at the run's fastest stream read; attention, the delta rule, the commit "
+                  f"the loop's threads, {lo:.0f}-{hi:.0f} G multiply-adds a second) and their weight bytes at the run's fastest stream read, the verify's in one pass or in the best schedule of passes at the row's acceptance (docs/loop.md, \"Verifying in passes\"), whichever is lower; attention, the delta rule, the commit "
                   f"and Python not counted (`results.roofline` in each JSON; docs/loop.md, \"Ceilings\"). A target above "
                   f"its row's ceiling is out of reach of any engine on this machine in that run."]
     if "regime" in docs:
