@@ -15,7 +15,7 @@ import pytest
 
 from onebit_engine import ConfigError
 from onebit_engine.loop.speculative import speculative_generate
-from onebit_engine.loop.stages import StagePlanner
+from onebit_engine.loop.stages import REFRESH, TRUST, StagePlanner
 
 from .stubs import BigramDraft, BigramTarget, ScriptedDraft
 from .test_round import kept_states, real_pair, same_draft_state, same_target_state
@@ -71,14 +71,15 @@ def test_passes_give_one_pass_results_sampled(monkeypatch, tmp_path, seed):
 def planner_with(costs_ms: dict, kept: float, rounds: int = 400, k: int = 7, seed: int = 0) -> StagePlanner:
     """A planner that has seen passes of these costs and rounds whose drafts were each kept with ``kept``."""
     p = StagePlanner("auto")
-    for r, ms in costs_ms.items():
-        p.observe_pass(r, ms / 1e3)
     rng = np.random.default_rng(seed)
     for _ in range(rounds):
         a = 0
         while a < k and rng.random() < kept:
             a += 1
         p.observe_round(k, a)
+    for r, ms in costs_ms.items():  # measured lately and often enough: no one pass due
+        for _ in range(TRUST):
+            p.observe_pass(r, ms / 1e3)
     return p
 
 
@@ -102,12 +103,30 @@ def test_the_planner_keeps_one_pass_when_every_draft_is_kept_or_rows_cost_alike(
 def test_the_planner_prices_unmeasured_rows_and_starts_with_one_pass():
     p = StagePlanner("auto")
     assert p.rows(0, 7) == 8  # nothing measured: one pass, whose time prices the rest
-    p.observe_pass(8, 0.8)
+    for _ in range(TRUST):
+        p.observe_pass(8, 0.8)
     assert p.cost_ms(8) == pytest.approx(800.0) and p.cost_ms(4) == pytest.approx(400.0)  # through zero
     p.observe_pass(2, 0.5)
     assert p.cost_ms(5) == pytest.approx(500.0 + 300.0 * 3 / 6) and p.cost_ms(1) == pytest.approx(250.0)
     assert p.cost_ms(10) == pytest.approx(1000.0)  # past the largest: its cost per row
     assert p.rows(0, 7) < 8  # no history: half the drafts kept, so an unmeasured split is worth a try
+
+
+def test_one_pass_is_measured_until_trusted_and_again_when_nothing_chose_it():
+    """One pass runs until TRUST measurements price it (a cold first round: 69 ms where 36 is its time),
+    and again every REFRESH rounds: a price from a slow minute would otherwise keep the loop in passes."""
+    p = planner_with({4: 30.0, 3: 28.0}, kept=0.8, rounds=0)
+    for _ in range(TRUST):
+        assert p.rows(0, 7) == 8
+        p.observe_pass(8, 0.069)
+    for _ in range(REFRESH - 1):
+        p.observe_round(7, 7)  # every draft kept: a first pass always needs a second
+        assert p.rows(0, 7) < 8  # in passes: one pass was priced at 69 ms
+    p.observe_round(7, 7)
+    assert p.rows(0, 7) == 8  # REFRESH rounds later: one pass again
+    for _ in range(TRUST):
+        p.observe_pass(8, 0.036)
+    assert p.rows(0, 7) == 8  # its real price, 36 ms (the median of the last 5), beats 30 + P(4 kept) * 30
 
 
 def test_fixed_and_one_pass_modes_and_refusals():
@@ -154,3 +173,9 @@ def test_best_passes_is_the_best_schedule(seed):
     got, first = best_passes(lambda r: cost[r], kept, 0, k)
     assert got == pytest.approx(best)
     assert any(sch[0] == first and price(sch) == pytest.approx(best) for sch in every_schedule(k))
+
+
+def test_ties_go_to_fewer_passes():
+    from onebit_engine.loop.stages import best_passes
+
+    assert best_passes(lambda r: 1.0, lambda d, s: 0.0, 0, 7) == (1.0, 8)  # every schedule costs 1: one pass

@@ -56,16 +56,18 @@ def print_loop(res, check, prov, loaded, args, plan, verdict_: dict, prompt: lis
     print(labelled("prompt", prompt, loaded))
     print(labelled("output", res.tokens, loaded))
     print()
-    rows = [(i + 1, r.proposed, r.accepted, r.emitted, r.draft_ms, r.verify_ms, r.commit_ms) for i, r in enumerate(res.rounds)]
+    rows = [(i + 1, r.proposed, r.accepted, r.emitted, "+".join(map(str, r.passes)) or "-", r.draft_ms, r.verify_ms, r.commit_ms)
+            for i, r in enumerate(res.rounds)]
     if rows and args.rounds:
-        print(ui.table(["round", "proposed", "accepted", "emitted", "draft ms", "verify ms", "commit ms"], rows))
+        print(ui.table(["round", "proposed", "accepted", "emitted", "verify rows", "draft ms", "verify ms", "commit ms"], rows))
         print()
     by_pos = "  ".join(f"{i + 1}:{a:.2f}" for i, a in enumerate(s["acceptance_by_position"])) or "-"
     fb = "none" if res.fallback_at is None else f"at token {res.fallback_at} ({res.plain_steps} plain steps after it)"
     if args.fallback == "none":
         fb = "off"
     print(f"totals: {s['tokens']} tokens in {s['rounds']} rounds, {ui.fmt(s['tokens_per_s'], 1)} tok/s, "
-          f"{s['tokens_per_round']:.2f} tokens/round, acceptance {s['acceptance_rate']:.2f} ({res.full_accepts} full accepts)")
+          f"{s['tokens_per_round']:.2f} tokens/round, acceptance {s['acceptance_rate']:.2f} ({res.full_accepts} full accepts), "
+          f"{s['verify_passes_per_round']:.2f} verify passes/round (--verify-stages {args.verify_stages})")
     print(f"acceptance by draft position: {by_pos}")
     print(f"per round: draft {s['draft_ms_per_round']:.2f} ms, verify {s['verify_ms_per_round']:.2f} ms, "
           f"commit {s['commit_ms_per_round']:.2f} ms")

@@ -114,6 +114,7 @@ class SpecResult:
             "draft_ms_per_round": float(np.mean([r.draft_ms for r in self.rounds])) if self.rounds else 0.0,
             "verify_ms_per_round": float(np.mean([r.verify_ms for r in self.rounds])) if self.rounds else 0.0,
             "commit_ms_per_round": float(np.mean([r.commit_ms for r in self.rounds])) if self.rounds else 0.0,
+            "verify_passes_per_round": float(np.mean([len(r.passes) or 1 for r in self.rounds])) if self.rounds else 0.0,
         }
 
 

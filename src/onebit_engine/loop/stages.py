@@ -15,7 +15,10 @@ round: ``cost(s) + P(the s drafts are all kept) * cost(rows left)``, from two th
 as it runs: the wall time of a pass by its rows (the median of the last few) and, from past rounds, how
 often drafts at those positions were kept. A row count not yet measured is priced by interpolating the
 measured ones (through zero below the smallest), an optimistic guess the next pass of that size
-corrects: a schedule is tried at most about once before the measurements decide.
+corrects: a schedule is tried at most about once before the measurements decide. One pass, the baseline
+of every choice, runs for the first ``TRUST`` rounds (a run's first round is cold: compiled code, first
+touches) and again every ``REFRESH`` rounds when nothing chose it in between: a price taken in a slow
+minute would otherwise never be corrected, since only what is chosen is measured again.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ import numpy as np
 from ..errors import ConfigError
 
 RECENT = 5  # passes of one row count whose median prices it: the machine's memory speed drifts
+REFRESH = 16  # rounds after which one pass is run again, so its price is never a stale one
+TRUST = 3  # one pass is run until it has this many measurements: a cold first round alone does not price it
 PRIOR = 0.5  # pseudo-count of a kept and a missed draft: no history reads as "kept half the time"
 
 
@@ -41,6 +46,9 @@ class StagePlanner:
     mode: "str | int" = "auto"
     costs: dict[int, deque] = field(default_factory=dict)  # rows -> recent pass seconds
     rounds: Counter = field(default_factory=Counter)  # (drafts proposed, drafts kept) -> past rounds
+    seen: dict[int, int] = field(default_factory=dict)  # rows -> the round count when a pass of them last ran
+    _price: dict = field(default_factory=dict, repr=False)  # rows -> ms, and (done, s) -> P: cleared on news
+    _count: int = field(default=0, repr=False)  # rounds observed
 
     def __post_init__(self):
         m = self.mode
@@ -57,8 +65,8 @@ class StagePlanner:
             return full
         if isinstance(self.mode, int):
             return full if done else min(self.mode, full)
-        if not self.costs:  # first one pass, whose time prices the others
-            return full
+        if done == 0 and (len(self.costs.get(full, ())) < TRUST or self._count - self.seen[full] >= REFRESH):
+            return full  # one pass first, and again every REFRESH rounds: its time is the baseline of every choice
         return best_passes(self.cost_ms, self.kept_all, done, left)[1]
 
     def expected_ms(self, done: int, left: int, s: int) -> float:
@@ -71,15 +79,23 @@ class StagePlanner:
 
     def kept_all(self, done: int, s: int) -> float:
         """P(drafts done+1 .. done+s all kept | drafts 1..done kept), from past rounds that proposed them."""
+        if (done, s) in self._price:
+            return self._price[(done, s)]
         asked = kept = 0
         for (p, a), n in self.rounds.items():
             if a >= done and p >= done + s:
                 asked += n
                 kept += n * (a >= done + s)
-        return (kept + PRIOR) / (asked + 2 * PRIOR)
+        self._price[(done, s)] = p = (kept + PRIOR) / (asked + 2 * PRIOR)
+        return p
 
     def cost_ms(self, rows: int) -> float:
         """A pass's time: the median of its recent measurements, else interpolated (see the module)."""
+        if rows not in self._price:
+            self._price[rows] = self._cost_ms(rows)
+        return self._price[rows]
+
+    def _cost_ms(self, rows: int) -> float:
         if rows in self.costs:
             return 1e3 * float(np.median(self.costs[rows]))
         known = sorted((r, 1e3 * float(np.median(v))) for r, v in self.costs.items())
@@ -95,9 +111,13 @@ class StagePlanner:
 
     def observe_pass(self, rows: int, seconds: float) -> None:
         self.costs.setdefault(rows, deque(maxlen=RECENT)).append(seconds)
+        self.seen[rows] = self._count
+        self._price.clear()
 
     def observe_round(self, proposed: int, accepted: int) -> None:
         self.rounds[(proposed, accepted)] += 1
+        self._count += 1
+        self._price.clear()
 
 
 def best_passes(cost: Callable[[int], float], kept: Callable[[int, int], float], done: int, left: int) -> tuple[float, int]:
