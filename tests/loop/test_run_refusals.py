@@ -139,3 +139,13 @@ def test_numpy_scalars_are_accepted(target):
     want = generate(target, [1, 2], max_new_tokens=4, temperature=0.5, seed=3).tokens
     got = generate(target, [1, 2], max_new_tokens=np.int64(4), temperature=np.float32(0.5), seed=np.uint32(3)).tokens
     assert got == want
+
+
+def test_loop_in_passes_names_the_pass(target):
+    """With the verify in passes, a non-finite row of a later pass is named by its pass (its row numbers are the
+    pass's own): prefill (call 0) and round 1's first pass (call 1) are clean, its second pass (call 2) is not."""
+    prompt = [4, 5, 6]
+    draft = ScriptedDraft(target, prompt, 20, block_size=5)  # the target's own tokens: every draft kept
+    with pytest.raises(NumericalError) as e:
+        speculative_generate(NanAfter(target, 2), draft, prompt, max_new_tokens=20, k=4, stages=2)
+    assert "round 1" in str(e.value) and "verify pass 2 (from round row 2)" in str(e.value) and "verify row 0" in str(e.value)

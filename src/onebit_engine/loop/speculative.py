@@ -245,10 +245,11 @@ def speculative_round(
                 kept, bonus = sampled_accept(checked, prop.q[done:], rows, temperature, rng, final)
             else:
                 kept, bonus = greedy_accept(checked, rows, final)
-        except NumericalError as e:  # name where in the run it happened
-            if not label:
+        except NumericalError as e:  # name where in the run it happened (the row numbers are the pass's)
+            where = ", ".join(x for x in (label, f"verify pass {len(passes) + 1} (from round row {done})" if done else "") if x)
+            if not where:
                 raise
-            raise NumericalError(f"{label}, {e}") from None
+            raise NumericalError(f"{where}, {e}") from None
         passes.append(rows_n)
         if bonus is None:  # every draft this pass checked was kept: commit it whole, go on from its last draft
             target.commit(state, rows_n, path=commit_path, replay_check=replay_check)
