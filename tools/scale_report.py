@@ -63,6 +63,7 @@ def _run(cmd: list[str], log) -> str:
 
 def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: int, log) -> dict:
     json_dir.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)  # `onebit synth --out` wants its parent to exist (a typo must not make folders)
     out = {}
     onebit = [sys.executable, "-m", "onebit_engine"]
     for row in rows:
