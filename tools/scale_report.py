@@ -38,6 +38,9 @@ BENCH = {
     "35b": ["--shape", "qwen3.5-35b-a3b", "--format", "int4", "--acceptance", "0.8", "--k", "7"],
 }
 ROWS = ["rss", "kernel", *BENCH, "regime"]
+# Rows whose runs last about a second take 3x the repeats: at 3, two loops running the same pass schedule in
+# one 0.8B process differed by 12% (1.45 vs 1.64 of plain), more than the effects the rows report.
+MORE_REPEATS = {"08b": 3, "08b-seed": 3, "regime": 3}
 REGIME_HIDDEN = (128, 256, 512, 1024, 2048)  # 12-layer hybrids of these widths, vocab 32000: ~6 MB to ~0.9 GB of int8
 RSS_SCRIPT = """
 import json, os, resource, sys
@@ -68,6 +71,7 @@ def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: 
     onebit = [sys.executable, "-m", "onebit_engine"]
     for row in rows:
         t0 = time.time()
+        reps = repeats * MORE_REPEATS.get(row, 1)
         if row == "rss":
             folder = cache / "qwen3.5-0.8b-bf16-s0"
             if not (folder / "synth.json").is_file():
@@ -75,7 +79,7 @@ def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: 
             doc = json.loads(_run([sys.executable, "-c", RSS_SCRIPT, str(folder / "target")], log))
         elif row == "regime":
             doc = {"points": [json.loads(_run([sys.executable, "tools/scale_report.py", "--regime-point", str(h),
-                                                "--cache", str(cache), "--repeats", str(repeats)], log)) for h in REGIME_HIDDEN]}
+                                                "--cache", str(cache), "--repeats", str(reps)], log)) for h in REGIME_HIDDEN]}
         elif row == "kernel":
             # the path the dispatcher runs here, by name: the report measures every native path the CPU has, one
             # after another, and its figures would otherwise be the last one's (AVX2 on a VNNI machine)
@@ -86,10 +90,10 @@ def measure(rows: list[str], json_dir: Path, cache: Path, repeats: int, tokens: 
                          "--reps", "40"], log)
             doc = {**json.loads(text.strip().splitlines()[-1]), "path": path}
         else:
-            text = _run(onebit + ["bench", *BENCH[row], "--cache", str(cache), "--repeats", str(repeats),
+            text = _run(onebit + ["bench", *BENCH[row], "--cache", str(cache), "--repeats", str(reps),
                                   "--max-new-tokens", str(tokens), "--json"], log)
             doc = json.loads(text)
-        doc["wall_seconds"], doc["cpu_model"] = time.time() - t0, cpu_model()
+        doc["wall_seconds"], doc["cpu_model"], doc["repeats"] = time.time() - t0, cpu_model(), reps
         (json_dir / f"{row}.json").write_text(json.dumps(doc, indent=1))
         out[row] = doc
         print(f"{row}: done in {doc['wall_seconds']:.0f} s", file=log, flush=True)
@@ -148,6 +152,8 @@ def _f(v, d=2):
 
 
 def render(docs: dict) -> str:
+    counts = {row: d["repeats"] for row, d in docs.items() if d.get("repeats") and row not in ("rss", "kernel")}
+    reps = f"; rates are medians of each row's repeats ({', '.join(f'{r} {n}' for r, n in counts.items())})" if counts else ""
     lines = [BEGIN, "## Scale: real model shapes, synthesized (`nox -s bench-scale`)", ""]
     any_bench = next((d for k, d in docs.items() if k in BENCH), None)
     if any_bench:
@@ -157,7 +163,7 @@ def render(docs: dict) -> str:
                   f"{p['host'].get('logical_cpus')} logical CPUs); vector "
                   f"flags: {' '.join(p['cpu_vector_flags'])}; host-int kernel `{p['kernel']}` ({p['kernel_set']}). Each row is "
                   f"one process; ratios are taken in that process, plain decoding and the loop interleaved in shuffled "
-                  f"order. Weights are seeded random codes in the real shapes (`onebit synth`); the draft is the real "
+                  f"order{reps}. Weights are seeded random codes in the real shapes (`onebit synth`); the draft is the real "
                   f"DFlash 2 draft of that shape (its whole cost paid every round) proposing the target's own greedy "
                   f"tokens at the declared acceptance (docs/loop.md, \"The oracle draft\").", ""]
     lines += ["| row | figure | measured | target |", "|---|---|---|---|"]
@@ -245,7 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {ROWS}")
     ap.add_argument("--json-dir", default=str(ROOT / ".bench" / "scale"))
     ap.add_argument("--cache", default=os.environ.get("ONEBIT_SCALE_CACHE", str(ROOT / ".bench" / "synth")))
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="per row (x3 for the rows of MORE_REPEATS)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--write", metavar="PAGE", help="put the table into this Markdown page (between its scale markers)")
     ap.add_argument("--write-regime", metavar="PAGE", help="put the regime map into this page too (between its regime markers)")
