@@ -32,7 +32,13 @@ def test_head_rows_are_the_one_token_head_bitwise(dk, dv, n, read_out, nonfinite
     for t in range(n):
         _head(a, alphas[t], betas[t], ks[t], qs[t], vs[t], mem, o_a[t], read_out)
     b, o_b = S0.copy(), np.zeros((n, dv), np.float32)
-    _head_rows(b, alphas, betas, ks, qs, vs, o_b, read_out)
+    _head_rows(b, alphas, betas, ks, qs, vs, o_b, read_out, b)
     assert np.array_equal(_bits(a), _bits(b))
     if read_out:
         assert np.array_equal(_bits(o_a), _bits(o_b))
+    # from a separate start state (a verify's snapshot): the same bits, the start left as it was
+    src, c, o_c = S0.copy(), f(dk, dv), np.zeros((n, dv), np.float32)
+    _head_rows(c, alphas, betas, ks, qs, vs, o_c, read_out, src)
+    assert np.array_equal(_bits(a), _bits(c)) and np.array_equal(_bits(src), _bits(S0))
+    if read_out:
+        assert np.array_equal(_bits(o_a), _bits(o_c))

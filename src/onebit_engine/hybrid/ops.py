@@ -175,13 +175,14 @@ def silu_mul_numba(y: np.ndarray) -> np.ndarray:
 
 def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
                    src: GDNLayerState | None = None) -> np.ndarray:
-    if src is not None:  # copied here, just before the mixer, so the mixer finds it in cache
-        np.copyto(st.conv, src.conv)
-        np.copyto(st.recurrent, src.recurrent)
     st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)  # updated in place below
+    start = st.recurrent
+    if src is not None:  # a verify's first call: the mixer reads the snapshot's state as it writes st's
+        np.copyto(st.conv, src.conv)  # the conv window is small (C x (K-1)): copied
+        start = np.ascontiguousarray(src.recurrent, dtype=F32)
     rec = rec if rec is not None else RecordedRows.none(st)
     out = np.empty((proj.shape[0], p.n_v_heads * p.dv), F32)
-    gdn_mixer_rows(proj, n, st.conv, st.recurrent, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
+    gdn_mixer_rows(proj, n, st.conv, st.recurrent, start, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
                    p.n_k_heads, p.dk, p.dv, rec.mixed, rec.alpha, rec.beta, rec.conv, rec.recurrent, out)
     return out
 

@@ -112,9 +112,9 @@ class TargetState:
     def hand_over(self, i: int) -> GDNLayerState:
         """A verify's snapshot of delta-net layer ``i``: the live state itself, which from now on is only
         read; the layer gets a buffer of its shape (a spare one, or fresh) that the verify's first call of
-        the layer fills from the snapshot (``TargetOps.gdn_rows``'s ``src``) just before advancing it - a
-        copy per layer while its 3 MB (27B) are in cache, not 151 MB of copies up front that the mixers
-        then read again from memory. Until that call the buffer's contents mean nothing."""
+        the layer writes as it advances the snapshot's state (``TargetOps.gdn_rows``'s ``src``; the compiled
+        mixer reads the snapshot in its first row's sweep), not 151 MB (27B) of copies up front that the
+        mixers then read again from memory. Until that call the buffer's contents mean nothing."""
         live, buf = self.layers[i], self.spare.pop(i, None)
         if buf is None or buf.conv.shape != live.conv.shape or buf.recurrent.shape != live.recurrent.shape:
             buf = GDNLayerState(np.empty_like(live.conv, dtype=F32), np.empty_like(live.recurrent, dtype=F32))

@@ -118,9 +118,14 @@ def _head(Sh, a, b, kg, qg, v, mem, oh, read_out):
                 Sh[i, j] = Sh[i, j] + ki * mem[j]
 
 
-def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
-    """The delta rule on one value head for rows 0..n-1 in turn, in place: Sh [dk, dv]; alphas, betas [n];
-    ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written.
+def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out, Src):
+    """The delta rule on one value head for rows 0..n-1 in turn: Sh [dk, dv] is written, starting from the
+    state Src [dk, dv] (Sh itself for an update in place; a verify's snapshot, only read, otherwise); alphas,
+    betas [n]; ks, qs [n, dk]; vs [n, dv]; with ``read_out`` o [n, dv] is written.
+
+    Reading the start from Src in row 0's decay is the copy ``Sh[:] = Src`` folded into the first sweep: the
+    same values go through the same operations (a copy is exact), one pass over the state fewer - and the
+    state streams from memory at a verify's start (the weights read since pushed it out of the cache).
 
     Row t's write and read-out (steps 4-5) and row t + 1's decay and read (steps 1-2) touch each element of
     S once, in one sweep: the same operations on the same values in the same order as running
@@ -131,12 +136,14 @@ def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
     mem = np.zeros(dv, np.float32)
     nxt = np.empty(dv, np.float32)
     if n == 0:
+        if Src.ctypes.data != Sh.ctypes.data:
+            Sh[:] = Src
         return
     a = alphas[0]
     for i in range(dk):  # row 0: 1. decay, 2. read
         ki = ks[0, i]
         for j in range(dv):
-            s = Sh[i, j] * a
+            s = Src[i, j] * a
             Sh[i, j] = s
             mem[j] += ki * s
     for t in range(n):
@@ -182,8 +189,9 @@ def _head_rows(Sh, alphas, betas, ks, qs, vs, o, read_out):
             mem[j] = nxt[j]
 
 
-def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
-    """:func:`_head_rows` on every value head (head h reads key head h // r): S [HV, dk, dv]; alphas, betas
+def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out, S0):
+    """:func:`_head_rows` on every value head (head h reads key head h // r): S [HV, dk, dv] is written from
+    the start state S0 (S itself, or a snapshot); alphas, betas
     [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (v of head h at v0 + h dv); o [n, HV, dv]. Heads are
     independent. They run on this thread: numba's own threads (prange) fought the host-int kernel's pool for the
     2 cores, whose workers wait spinning between GEMM calls - a 27B plain step took 355 ms with them, 274 ms
@@ -194,7 +202,7 @@ def _heads(S, alphas, betas, ks, qs, xs, o, r, v0, read_out):
         g = h // r
         oh = np.empty((n, dv), np.float32)
         _head_rows(S[h], alphas[:, h].copy(), betas[:, h].copy(), ks[:, g].copy(), qs[:, g].copy(),
-                   xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out)
+                   xs[:, v0 + h * dv : v0 + (h + 1) * dv].copy(), oh, read_out, S0[h])
         if read_out:
             o[:, h] = oh
 
@@ -224,11 +232,13 @@ def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     return o, conv, S2
 
 
-def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
+def _mixer_rows(proj, n, conv, S, S0, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
                 rec_beta, ck_conv, ck_S, out):
     """The mixer between in_proj and out_proj for rows 0..n-1 of one call; the state advances by n.
 
     Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`;
+    S0 [HV, dk, dv]: the recurrent state the rows start from - S itself, or a verify's snapshot (only read;
+    S's old contents are then unused, see :func:`_head_rows`);
     neg_A, dt_bias [HV]; norm_w [dv]; out [R, HV*dv] (rows >= n are zeroed). rec_* [n, C] / [n, HV]
     receive each row's recurrence inputs, and ck_conv [n, C, K-1], ck_S [n, HV, dk, dv] the state after
     each row (pass arrays with a zero first dimension to skip either).
@@ -266,6 +276,8 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
         if ck_conv.shape[0]:
             ck_conv[t] = conv
     if ck_S.shape[0]:  # the state after every row is wanted: row by row
+        if S0.ctypes.data != S.ctypes.data:
+            S[:] = S0
         for h in range(HV):
             g = h // r  # value head h reads key head h // r
             for t in range(n):
@@ -273,7 +285,7 @@ def _mixer_rows(proj, n, conv, S, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk,
                       o[t, h], True)
                 ck_S[t, h] = S[h]
     else:
-        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True)
+        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True, S0)
     for t in range(n):
         for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
             ss = np.float32(0.0)
@@ -300,7 +312,7 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     ks = np.empty((n, n_k_heads, dk), np.float32)
     for t in range(n):
         _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
-    _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False)
+    _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False, S)
 
 
 if nb is not None:
