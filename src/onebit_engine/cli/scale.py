@@ -169,8 +169,11 @@ def _print(doc: dict) -> None:
     print(f"\nloop / fastest plain: {f(r['speedup_vs_plain'], 2)}x  (draft: {c['profile']}, k={c['k']}); output {same}")
     print(f"verify passes {c['verify_stages']} (rows per pass: rounds): {passes}; the loop in one pass of k+1 rows: "
           f"{f(r.get('speedup_one_pass_vs_plain'), 2)}x")
-    print(f"plain reads {pb['total'] / 1e9:.2f} GB a token: {f(r['plain_stream_gb_s'], 1)} GB/s, {f(r['plain_bound_share'], 2)} "
-          f"of the read-stream bound ({f(r['bound_tokens_per_s'], 2)} tok/s, at the run's fastest read)")
+    pp = r.get("plain_bound_paired") or {}
+    print(f"plain reads {pb['total'] / 1e9:.2f} GB a token: {f(r['plain_stream_gb_s'], 1)} GB/s; {f(r['plain_bound_share'], 2)} "
+          f"of the read stream of the same moment (median of {pp.get('steps', 0)} steps, each after a stream read: "
+          f"{f(pp.get('step_ms_median'), 1)} ms a step, {f(pp.get('stream_gb_s_median'), 1)} GB/s), "
+          f"{f(r.get('plain_bound_share_fastest_read'), 2)} of the run's fastest read ({f(r['bound_tokens_per_s'], 2)} tok/s)")
     ph = r["phase_ms"]
     print(f"a round: draft {f(ph['draft'], 1)} + verify {f(ph['verify'], 1)} + commit {f(ph['commit'], 1)} ms; a plain step "
           f"{f(ph['plain_step'], 1)} ms; verify(k+1) / step {f(r['verify_over_plain_step'])}, draft / step "
