@@ -100,6 +100,52 @@ def test_gdn_replay_twins_agree(seed, rows, v_heads, conv_k):
     assert _rel(sa.recurrent, sb.recurrent) <= GDN_RTOL
 
 
+def _native_tables():
+    """The compiled table with the delta rule in delta.c on each path this machine runs, and on the AVX-512
+    emulation (so the wrapper is checked where the CPU lacks AVX-512)."""
+    from onebit_engine.gemm.host_int import native
+    from onebit_engine.hybrid.delta_native import NativeDelta
+
+    out = []
+    for variant, name in (("main", "avx2"), ("main", "avx512"), ("emulated", "avx512")):
+        try:
+            lib = native.load(variant)
+        except native.NativeUnavailable:
+            continue
+        if lib.delta_path_ok(native.DELTA_PATHS[name]):
+            out.append(target_ops.native_delta_ops(NativeDelta(lib, native.DELTA_PATHS[name], f"{variant}-{name}")))
+    return out
+
+
+@numba_only
+@given(st.integers(0, 2**16), st.integers(0, R), st.sampled_from([2, 4]), st.booleans(), st.booleans(), st.integers(0, 12))
+def test_native_delta_tables_are_numbas_bitwise(seed, n, v_heads, checkpoints, from_snapshot, replayed):
+    """The mixer (with its records and a verify's snapshot start) and the replay, on the tables whose heads run
+    in delta.c: the bits of ``NUMBA_OPS``, the start state left as it was."""
+    tables = _native_tables()
+    if not tables:
+        pytest.skip("the host-int library does not build here")
+    gdn, proj, st0 = _gdn_case(seed, max(n, 1), v_heads, 4)
+    snap = st0.copy()
+    rng = np.random.default_rng(seed)
+    mixed = rng.standard_normal((replayed, gdn.params.splits[1])).astype(F32)
+    alpha, beta = rng.uniform(0.05, 1, (2, replayed, gdn.params.n_v_heads)).astype(F32)
+    want = None
+    for table in [NUMBA_OPS] + tables:
+        st = gdn.new_state() if from_snapshot else st0.copy()  # from a snapshot: st is a buffer to write
+        rec = VerifyRecord.begin(40, n, {3: snap}, checkpoints)
+        out = table.gdn_rows(proj, n, st, gdn.params, rec.rows_of(3, 40, n), snap if from_snapshot else None)
+        rp = st0.copy()
+        table.gdn_replay(rp, mixed, alpha, beta, gdn.params)
+        got = [out, st.conv, st.recurrent, rec.mixed[3], rec.alpha[3], rec.beta[3], rp.conv, rp.recurrent]
+        got += [x.recurrent for x in rec.per_row[3]] if checkpoints else []
+        if want is None:
+            want = got
+        else:
+            assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(want, got)), table.delta
+        assert np.array_equal(snap.recurrent, st0.recurrent) and np.array_equal(snap.conv, st0.conv)
+
+
 def _attention_case(seed: int, kv_heads: int, cached: int):
     rng = np.random.default_rng(seed)
     cfg, _, attn = _layers(seed, kv_heads, 4, 4)
@@ -210,7 +256,7 @@ PINNED = {"norm": test_norm_and_silu_mul_twins_agree, "silu_mul": test_norm_and_
 
 def test_every_op_of_the_table_has_a_twin_test():
     """An op added to ``TargetOps`` without a twin test here fails this test."""
-    ops = {f.name for f in dataclasses.fields(TargetOps)} - {"name"}
+    ops = {f.name for f in dataclasses.fields(TargetOps)} - {"name", "delta"}  # labels, not ops
     assert ops == set(PINNED), f"ops without a twin test: {sorted(ops - set(PINNED))}"
     assert NUMPY_OPS.name == "numpy" and NUMBA_OPS.name == "numba"
     assert all(getattr(NUMPY_OPS, op) is not getattr(NUMBA_OPS, op) for op in ops)
@@ -234,7 +280,10 @@ def test_the_twin_tests_see_a_one_position_rope_slip_and_a_wrong_gate():
 
 def test_ops_names_resolve_once_with_one_error_each(monkeypatch):
     assert resolve_ops("numpy") is NUMPY_OPS and resolve_ops(NUMBA_OPS) is NUMBA_OPS
-    assert resolve_ops("auto") is (NUMBA_OPS if op_sets.numba_installed() else NUMPY_OPS)
+    assert resolve_ops("auto") is (target_ops.compiled_ops() if op_sets.numba_installed() else NUMPY_OPS)
+    if op_sets.numba_installed():  # the compiled table: numba's, or the same with its delta rule's heads in delta.c
+        assert resolve_ops("numba") is target_ops.compiled_ops() and resolve_ops("numba").name == "numba"
+        assert resolve_ops("numba").delta in ("numba", "native-avx2", "native-avx512")
     with pytest.raises(ConfigError, match=r"target ops 'fast' is not one of \('auto', 'numpy', 'numba'\); pass ops='auto'"):
         resolve_ops("fast")
     monkeypatch.setattr(op_sets, "nb", None)

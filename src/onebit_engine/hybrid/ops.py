@@ -20,7 +20,9 @@ from ..errors import StateError
 from ..ops.attention import attend_row
 from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
-from ..ops.gated_delta_fast import gdn_mixer_rows, gdn_replay_fast
+from ..ops.gated_delta_fast import (gdn_mixer_finish, gdn_mixer_prep, gdn_mixer_rows, gdn_replay_fast,
+                                    gdn_replay_prep)
+from .delta_native import NativeDelta, native_delta
 from ..ops.kv_cache import KVCache
 from ..ops.moe import combine_numpy, route_rows_numpy
 from ..ops.moe_fast import combine as combine_fast, route_rows as route_rows_fast
@@ -98,6 +100,7 @@ class TargetOps:
     # a sparse block's routing of its first n rows: router logits [R, E], n, top_k, renormalise -> weights
     # float32 [n, top_k] and ``ops.moe.route_plan``'s ids, offsets, rows, ranks
     moe_route: Callable[[np.ndarray, int, int, bool], tuple]
+    delta: str = ""  # where the compiled table's delta rule runs: "numba", or delta.c ("native-avx512", ...)
 
 
 # -- the numpy twins ------------------------------------------------------------------------------
@@ -157,7 +160,7 @@ def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> n
 
 
 NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy,
-                      combine_numpy, route_rows_numpy)
+                      combine_numpy, route_rows_numpy, "numpy")
 
 
 # -- the compiled table: thin wrappers that allocate the outputs ------------------------------------
@@ -212,11 +215,58 @@ def _owned(a: np.ndarray) -> np.ndarray:
 
 
 NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_replay_numba, attention_rows_numba,
-                      combine_fast, route_rows_fast)  # the compiled functions themselves: nothing to wrap
+                      combine_fast, route_rows_fast, "numba")  # the compiled functions themselves: nothing to wrap
+
+
+# -- the compiled table with the delta rule's heads in delta.c (hybrid/delta_native.py) -------------
+def native_delta_ops(nd: NativeDelta) -> TargetOps:
+    """``NUMBA_OPS`` with the mixer's and the replay's heads on ``nd``: numba before and after them (the gates,
+    the conv, the gated norm), delta.c between - the bits of ``NUMBA_OPS`` (tests/ops/test_delta_native.py)."""
+
+    def gdn_rows(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
+                 src: GDNLayerState | None = None) -> np.ndarray:
+        if rec is not None and rec.recurrent.shape[0]:  # the checkpoint path keeps every row's state: numba's loop
+            return gdn_rows_numba(proj, n, st, p, rec, src)
+        st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)  # updated in place below
+        start = st.recurrent
+        if src is not None:  # as gdn_rows_numba: the snapshot's state is read in the first row's sweep
+            np.copyto(st.conv, src.conv)
+            start = np.ascontiguousarray(src.recurrent, dtype=F32)
+        rec = rec if rec is not None else RecordedRows.none(st)
+        HV, dv = p.n_v_heads, p.dv
+        xs, qs, ks, alphas, betas = gdn_mixer_prep(proj, n, st.conv, p.conv_weight, p.neg_A, p.dt_bias, p.n_k_heads,
+                                                   p.dk, dv, HV, rec.mixed, rec.alpha, rec.beta, rec.conv)
+        o = np.empty((n, HV, dv), F32)
+        nd.lib.delta_heads(st.recurrent, start, alphas, betas, ks, qs, xs, o, 2 * p.n_k_heads * p.dk, nd.path)
+        out = np.empty((proj.shape[0], HV * dv), F32)
+        gdn_mixer_finish(proj, n, o, p.norm_weight, p.eps, st.conv.shape[0], out)
+        return out
+
+    def gdn_replay(st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> None:
+        st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)
+        xs, qs, ks = gdn_replay_prep(st.conv, np.ascontiguousarray(mixed, dtype=F32), p.conv_weight, p.n_k_heads, p.dk)
+        nd.lib.delta_heads(st.recurrent, st.recurrent, np.ascontiguousarray(alpha, dtype=F32),
+                           np.ascontiguousarray(beta, dtype=F32), ks, qs, xs, None, 2 * p.n_k_heads * p.dk, nd.path)
+
+    return TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows, gdn_replay, attention_rows_numba, combine_fast,
+                     route_rows_fast, nd.name)
+
+
+_COMPILED: "list[TargetOps]" = []
+
+
+def compiled_ops() -> TargetOps:
+    """The compiled table this machine runs: the delta rule in delta.c where its library loads and the CPU has
+    AVX2 (``native_delta``), else numba's. Resolved once."""
+    if not _COMPILED:
+        nd = native_delta()
+        _COMPILED.append(native_delta_ops(nd) if nd is not None else NUMBA_OPS)
+    return _COMPILED[0]
 
 
 def resolve_ops(name: "str | TargetOps") -> TargetOps:
-    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed) -> the table; a table passes through."""
+    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed: :func:`compiled_ops`) -> the table; a table
+    passes through."""
     if isinstance(name, TargetOps):
         return name
-    return NUMBA_OPS if resolve_ops_name(name, "target") == "numba" else NUMPY_OPS
+    return compiled_ops() if resolve_ops_name(name, "target") == "numba" else NUMPY_OPS

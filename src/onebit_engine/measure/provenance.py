@@ -55,7 +55,9 @@ def run_provenance(target, **extra: Any) -> dict[str, Any]:
         "engine_version": __version__, "git_revision": git_revision(), "backend": desc.get("backend"),
         "kernel_set": desc.get("kernel_set"), "kernel_hash": desc.get("manifest_hash") or desc.get("hash"),
         "backend_events": desc.get("events"), "row_set": target.row_set,
-        "ops": getattr(getattr(target, "ops", None), "name", None), "model_type": target.config.model_type,
+        "ops": getattr(getattr(target, "ops", None), "name", None),
+        "delta_rule": getattr(getattr(target, "ops", None), "delta", None) or None,  # numba, native-avx512, ...
+        "model_type": target.config.model_type,
         "machine": f"{platform.machine()} {platform.processor() or platform.system()}", **extra,
     }
 

@@ -232,35 +232,18 @@ def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     return o, conv, S2
 
 
-def _mixer_rows(proj, n, conv, S, S0, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
-                rec_beta, ck_conv, ck_S, out):
-    """The mixer between in_proj and out_proj for rows 0..n-1 of one call; the state advances by n.
-
-    Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`;
-    S0 [HV, dk, dv]: the recurrent state the rows start from - S itself, or a verify's snapshot (only read;
-    S's old contents are then unused, see :func:`_head_rows`);
-    neg_A, dt_bias [HV]; norm_w [dv]; out [R, HV*dv] (rows >= n are zeroed). rec_* [n, C] / [n, HV]
-    receive each row's recurrence inputs, and ck_conv [n, C, K-1], ck_S [n, HV, dk, dv] the state after
-    each row (pass arrays with a zero first dimension to skip either).
-
-    Rows first go through the conv one by one (its window is sequential); then the delta rule runs head
-    by head, every row of a head in turn, so a head's S (64 KB at dk = dv = 128) stays in the core's cache
-    for all rows instead of the whole state (3 MB a 27B layer) streaming through it once per row. Each
-    row and head sees the operations of :func:`_token` in the same order: the same bits.
-    """
+def _mixer_prep(proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, dv, HV, rec_mixed, rec_alpha, rec_beta, ck_conv):
+    """The part of :func:`_mixer_rows` before the delta rule: each row's gates and its conv (row by row: the
+    conv window is sequential), advancing conv. Shapes as there. -> xs [n, C] (conv output), qs, ks
+    [n, n_k_heads, dk], alphas, betas [n, HV]."""
     C = conv.shape[0]
-    HV = S.shape[0]
     zd = HV * dv
-    r = HV // n_k_heads
-    v0 = 2 * n_k_heads * dk
     one = np.float32(1.0)
     xs = np.empty((n, C), np.float32)
     qs = np.empty((n, n_k_heads, dk), np.float32)
     ks = np.empty((n, n_k_heads, dk), np.float32)
     alphas = np.empty((n, HV), np.float32)
     betas = np.empty((n, HV), np.float32)
-    mem = np.empty(dv, np.float32)
-    o = np.empty((n, HV, dv), np.float32)
     for t in range(n):
         for h in range(HV):
             b = proj[t, C + zd + h]
@@ -275,17 +258,14 @@ def _mixer_rows(proj, n, conv, S, S0, w, neg_A, dt_bias, norm_w, eps, n_k_heads,
             rec_beta[t] = betas[t]
         if ck_conv.shape[0]:
             ck_conv[t] = conv
-    if ck_S.shape[0]:  # the state after every row is wanted: row by row
-        if S0.ctypes.data != S.ctypes.data:
-            S[:] = S0
-        for h in range(HV):
-            g = h // r  # value head h reads key head h // r
-            for t in range(n):
-                _head(S[h], alphas[t, h], betas[t, h], ks[t, g], qs[t, g], xs[t, v0 + h * dv : v0 + (h + 1) * dv], mem,
-                      o[t, h], True)
-                ck_S[t, h] = S[h]
-    else:
-        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True, S0)
+    return xs, qs, ks, alphas, betas
+
+
+def _mixer_finish(proj, n, o, norm_w, eps, C, out):
+    """The part of :func:`_mixer_rows` after the delta rule: the gated RMSNorm of each row's read-out
+    o [n, HV, dv] into out [R, HV*dv] (rows >= n zeroed); C: the conv channels (z starts at column C)."""
+    HV, dv = o.shape[1], o.shape[2]
+    one = np.float32(1.0)
     for t in range(n):
         for h in range(HV):  # gated RMSNorm: norm over dv, plain weight, then the SiLU gate
             ss = np.float32(0.0)
@@ -300,18 +280,63 @@ def _mixer_rows(proj, n, conv, S, S0, w, neg_A, dt_bias, norm_w, eps, n_k_heads,
             out[t, c] = np.float32(0.0)
 
 
-def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
-    """Rows 0..len(mixed)-1 of recorded inputs, in place (a commit's replay): the conv row by row, then the
-    delta rule head by head, rows in order, without the read-out (only the state is wanted)."""
-    n = mixed.shape[0]
+def _mixer_rows(proj, n, conv, S, S0, w, neg_A, dt_bias, norm_w, eps, n_k_heads, dk, dv, rec_mixed, rec_alpha,
+                rec_beta, ck_conv, ck_S, out):
+    """The mixer between in_proj and out_proj for rows 0..n-1 of one call; the state advances by n.
+
+    Shapes: proj [R, C + HV*dv + 2*HV] (in_proj output: mixed | z | b | a); conv, S as in :func:`_token`;
+    S0 [HV, dk, dv]: the recurrent state the rows start from - S itself, or a verify's snapshot (only read;
+    S's old contents are then unused, see :func:`_head_rows`);
+    neg_A, dt_bias [HV]; norm_w [dv]; out [R, HV*dv] (rows >= n are zeroed). rec_* [n, C] / [n, HV]
+    receive each row's recurrence inputs, and ck_conv [n, C, K-1], ck_S [n, HV, dk, dv] the state after
+    each row (pass arrays with a zero first dimension to skip either).
+
+    Rows first go through the conv one by one (its window is sequential, :func:`_mixer_prep`); then the
+    delta rule runs head by head, every row of a head in turn, so a head's S (64 KB at dk = dv = 128) stays
+    in the core's cache for all rows instead of the whole state (3 MB a 27B layer) streaming through it once
+    per row; then the gated norm (:func:`_mixer_finish`). Each row and head sees the operations of
+    :func:`_token` in the same order: the same bits.
+    """
+    C = conv.shape[0]
     HV = S.shape[0]
     r = HV // n_k_heads
     v0 = 2 * n_k_heads * dk
+    xs, qs, ks, alphas, betas = _mixer_prep(proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, dv, HV, rec_mixed,
+                                            rec_alpha, rec_beta, ck_conv)
+    mem = np.empty(dv, np.float32)
+    o = np.empty((n, HV, dv), np.float32)
+    if ck_S.shape[0]:  # the state after every row is wanted: row by row
+        if S0.ctypes.data != S.ctypes.data:
+            S[:] = S0
+        for h in range(HV):
+            g = h // r  # value head h reads key head h // r
+            for t in range(n):
+                _head(S[h], alphas[t, h], betas[t, h], ks[t, g], qs[t, g], xs[t, v0 + h * dv : v0 + (h + 1) * dv], mem,
+                      o[t, h], True)
+                ck_S[t, h] = S[h]
+    else:
+        _heads(S, alphas, betas, ks, qs, xs, o, r, v0, True, S0)
+    _mixer_finish(proj, n, o, norm_w, eps, C, out)
+
+
+def _replay_prep(conv, mixed, w, n_k_heads, dk):
+    """A replay's conv row by row (advancing conv): mixed [n, C] -> xs [n, C], qs, ks [n, n_k_heads, dk]."""
+    n = mixed.shape[0]
     xs = np.empty((n, conv.shape[0]), np.float32)
     qs = np.empty((n, n_k_heads, dk), np.float32)
     ks = np.empty((n, n_k_heads, dk), np.float32)
     for t in range(n):
         _prep(conv, mixed[t], w, n_k_heads, dk, xs[t], qs[t], ks[t])
+    return xs, qs, ks
+
+
+def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
+    """Rows 0..len(mixed)-1 of recorded inputs, in place (a commit's replay): the conv row by row, then the
+    delta rule head by head, rows in order, without the read-out (only the state is wanted)."""
+    HV = S.shape[0]
+    r = HV // n_k_heads
+    v0 = 2 * n_k_heads * dk
+    xs, qs, ks = _replay_prep(conv, mixed, w, n_k_heads, dk)
     _heads(S, alpha, beta, ks, qs, xs, np.empty((0, HV, dv), np.float32), r, v0, False, S)
 
 
@@ -325,8 +350,11 @@ if nb is not None:
     _heads = _jit(_heads)
     _token = _jit(_token)
     gdn_token_fast = _jit(_token_copy)
+    gdn_mixer_prep = _mixer_prep = _jit(_mixer_prep)
+    gdn_mixer_finish = _mixer_finish = _jit(_mixer_finish)
     gdn_mixer_rows = _jit(_mixer_rows)
+    gdn_replay_prep = _replay_prep = _jit(_replay_prep)
     gdn_replay_fast = _jit(_replay)
 else:
-    gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = None
+    gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = gdn_mixer_prep = gdn_mixer_finish = gdn_replay_prep = None
 

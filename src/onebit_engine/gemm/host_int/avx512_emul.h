@@ -1,4 +1,4 @@
-/* Scalar emulation of exactly the AVX-512 intrinsics vnni.c uses, following the pseudo-code of
+/* Scalar emulation of exactly the AVX-512 intrinsics vnni.c and delta.c use, following the pseudo-code of
  * Intel's Intrinsics Guide, so the VNNI kernel's very source can be tested bitwise on a CPU without
  * AVX-512 (built as a separate, test-only library by native.py; never chosen by dispatch).
  * Included instead of <immintrin.h>; nothing else of AVX-512 may be used by the kernel (it would not
@@ -70,6 +70,50 @@ static inline __m512i _mm512_dpbusd_epi32(__m512i src, __m512i a, __m512i b) {
         for (int i = 0; i < 4; i++) s += (uint32_t)((int32_t)a.u8[4 * j + i] * (int32_t)b.i8[4 * j + i]);
         d.u32[j] = s;
     }
+    return d;
+}
+
+/* float32 lanes (delta.c): each lane one IEEE float32 operation, as the vector instruction does it
+ * (-ffp-contract=off keeps a multiply and the add after it two roundings). */
+typedef struct {
+    float f[16];
+} __m512;
+
+static inline __m512 _mm512_setzero_ps(void) {
+    __m512 d;
+    for (int j = 0; j < 16; j++) d.f[j] = 0.0f;
+    return d;
+}
+
+static inline __m512 _mm512_loadu_ps(void const *mem_addr) {
+    __m512 d;
+    memcpy(&d, mem_addr, sizeof d);
+    return d;
+}
+
+static inline void _mm512_storeu_ps(void *mem_addr, __m512 a) { memcpy(mem_addr, &a, sizeof a); }
+
+static inline __m512 _mm512_set1_ps(float a) {
+    __m512 d;
+    for (int j = 0; j < 16; j++) d.f[j] = a;
+    return d;
+}
+
+static inline __m512 _mm512_add_ps(__m512 a, __m512 b) {
+    __m512 d;
+    for (int j = 0; j < 16; j++) d.f[j] = a.f[j] + b.f[j];
+    return d;
+}
+
+static inline __m512 _mm512_sub_ps(__m512 a, __m512 b) {
+    __m512 d;
+    for (int j = 0; j < 16; j++) d.f[j] = a.f[j] - b.f[j];
+    return d;
+}
+
+static inline __m512 _mm512_mul_ps(__m512 a, __m512 b) {
+    __m512 d;
+    for (int j = 0; j < 16; j++) d.f[j] = a.f[j] * b.f[j];
     return d;
 }
 #endif

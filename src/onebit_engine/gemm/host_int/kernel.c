@@ -121,7 +121,7 @@ int onebit_hi_path_ok(int path) {
     return 0;
 }
 
-int onebit_hi_abi_version(void) { return 4; } /* 3: tile_block, read_stream; 4: matmul_many */
+int onebit_hi_abi_version(void) { return 5; } /* 3: tile_block, read_stream; 4: matmul_many; 5: delta_heads */
 
 /* ---- the tiled product ---------------------------------------------------------------------------- */
 /* 8 channels at a time (a scalar loop was ~8% of the instructions of an 8-row call at K = 768); a partial

@@ -31,11 +31,12 @@ from ...errors import BackendUnavailable
 from .layout import FORMAT_IDS, PATH_IDS, TiledWeight
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c"))
-HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h"))
+SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c", "delta.c"))
+HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h", "delta_body.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
-ABI_VERSION = 4
+ABI_VERSION = 5
+DELTA_PATHS = {"avx2": 0, "avx512": 1}  # delta.c's paths: 8 or 16 float lanes (the emulated library: 16 only)
 MAX_MANY = 64  # products per matmul_many call (kernel.c)
 _F32 = np.dtype(np.float32)
 _LOADED: "dict[str, NativeKernel]" = {}
@@ -154,6 +155,11 @@ class NativeKernel:
         lib.onebit_hi_read_stream.restype = c_int
         lib.onebit_hi_plan.argtypes = [p, i64, c_int, p]
         lib.onebit_hi_plan.restype = c_int
+        self._delta = lib.onebit_hi_delta_heads
+        self._delta.argtypes = [p] * 8 + [i64] * 7 + [c_int, c_int]
+        self._delta.restype = c_int
+        lib.onebit_hi_delta_path_ok.argtypes = [c_int]
+        lib.onebit_hi_delta_path_ok.restype = c_int
         self.data_off = _array_data_offset()
 
     def cpu_flags(self) -> dict[str, bool]:
@@ -231,6 +237,32 @@ class NativeKernel:
         if rc < 0:
             raise ValueError(f"read_stream: bad arguments (threads={threads})")
         return rc
+
+    def delta_path_ok(self, path: int) -> bool:
+        """Whether delta path ``path`` (``DELTA_PATHS``) runs on this CPU (in the emulated library: its 16 lanes)."""
+        return bool(self.lib.onebit_hi_delta_path_ok(path))
+
+    def delta_heads(self, S: np.ndarray, S0: np.ndarray, alphas: np.ndarray, betas: np.ndarray, ks: np.ndarray,
+                    qs: np.ndarray, xs: np.ndarray, o: "np.ndarray | None", v0: int, path: int) -> None:
+        """delta.c on a layer's heads, in place: S [HV, dk, dv] from the start S0 (S itself or another array);
+        alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C]; o [n, HV, dv] or None (no read-out). The
+        bits of ``ops.gated_delta_fast._heads``. Every array float32 and C-contiguous (checked: the C code
+        trusts the shapes)."""
+        HV, dk, dv = S.shape
+        n, HK = ks.shape[0], ks.shape[1]
+        arrays = (S, S0, alphas, betas, ks, qs, xs) + ((o,) if o is not None else ())
+        if not all(a.dtype == _F32 and a.flags.c_contiguous for a in arrays) or not S.flags.writeable or (
+                S0.shape != S.shape or alphas.shape != (n, HV) or betas.shape != (n, HV) or ks.shape != (n, HK, dk)
+                or qs.shape != ks.shape or xs.ndim != 2 or xs.shape[0] != n or (o is not None and o.shape != (n, HV, dv))):
+            raise ValueError(f"delta_heads: S {S.shape}, S0 {S0.shape}, alphas {alphas.shape}, betas {betas.shape}, ks "
+                             f"{ks.shape}, qs {qs.shape}, xs {xs.shape}, o {None if o is None else o.shape} do not "
+                             f"describe one call (all float32 C-contiguous, S writable)")
+        rc = self._delta(S.ctypes.data, S0.ctypes.data, alphas.ctypes.data, betas.ctypes.data, ks.ctypes.data,
+                         qs.ctypes.data, xs.ctypes.data, 0 if o is None else o.ctypes.data, n, HV, HK, dk, dv,
+                         xs.shape[1], v0, int(o is not None), path)
+        if rc:
+            raise ValueError(f"delta_heads: the library refused the call (code {rc}: -2 arguments, -3 path {path} "
+                             f"cannot run here)")
 
     def gemm_int(self, xq: np.ndarray, tw: TiledWeight, threads: int, kb: int = 0) -> np.ndarray:
         """Exact int32 ``xq [m, k] @ codes.T`` for int8 C-contiguous codes, 1 <= m <= 16."""

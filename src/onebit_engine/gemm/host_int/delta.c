@@ -1,0 +1,184 @@
+/* The gated delta rule of one delta-net layer for the n rows of a call, every value head in turn, on the
+ * calling thread: the compiled twin of ops/gated_delta_fast._heads (which stays the reference; the test
+ * tests/ops/test_delta_native.py pins the two bitwise, on this CPU's path and on the AVX-512 emulation).
+ *
+ * Why: numba's loop over a head's state stores three arrays per element (S, the read-out sum, the next
+ * row's read sum), as LLVM cannot keep the sums in registers across its loops; with one vector of columns
+ * at a time they stay in registers and only S is stored. One head of 8 rows at dk = dv = 128 took 12 us
+ * here against numba's 25-31 us (Zen 4, warm). The pool is not used: on 2 cores the second one's share
+ * of the recurrence did not pay for its hand-offs (docs/host-int.md, "Tried and removed").
+ *
+ * Paths: AVX-512 (16 columns a vector; target attribute, run only where cpuid and xgetbv allow, like
+ * vnni.c; built against avx512_emul.h in the emulated test library) and AVX2 (8 columns), the same body
+ * (delta_body.h); columns past the last whole vector go through a scalar loop with the same operations.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float *S;                 /* [dk, dv] this head's state, written */
+    const float *S0;          /* [dk, dv] the state it starts from (S itself, or a snapshot: only read) */
+    const float *alphas, *betas; /* row t at [t * hv] */
+    const float *ks, *qs;     /* row t at [t * k_row], dk floats */
+    const float *vs;          /* row t at [t * v_row], dv floats */
+    float *o;                 /* row t at [t * o_row], dv floats (read_out) */
+    int64_t n, dk, dv, hv, k_row, v_row, o_row;
+    int read_out;
+} delta_head_t;
+
+#ifdef ONEBIT_HI_EMULATE_AVX512
+#include "avx512_emul.h"
+#define TARGET
+#else
+#include <immintrin.h>
+#define TARGET __attribute__((target("avx512f")))
+#endif
+#define VEC __m512
+#define W 16
+#define LD _mm512_loadu_ps
+#define ST _mm512_storeu_ps
+#define MUL _mm512_mul_ps
+#define ADD _mm512_add_ps
+#define SUB _mm512_sub_ps
+#define SET1 _mm512_set1_ps
+#define ZERO _mm512_setzero_ps
+#define BLOCK block16
+#define ROW0 row0_16
+#include "delta_body.h"
+#undef VEC
+#undef W
+#undef LD
+#undef ST
+#undef MUL
+#undef ADD
+#undef SUB
+#undef SET1
+#undef ZERO
+#undef BLOCK
+#undef ROW0
+#undef TARGET
+
+#ifndef ONEBIT_HI_EMULATE_AVX512
+#define TARGET
+#define VEC __m256
+#define W 8
+#define LD _mm256_loadu_ps
+#define ST _mm256_storeu_ps
+#define MUL _mm256_mul_ps
+#define ADD _mm256_add_ps
+#define SUB _mm256_sub_ps
+#define SET1 _mm256_set1_ps
+#define ZERO _mm256_setzero_ps
+#define BLOCK block8
+#define ROW0 row0_8
+#include "delta_body.h"
+#undef TARGET
+#endif
+
+/* One column, the same operations as a block's lanes. */
+static void column1(const delta_head_t *J, int64_t j) {
+    const int64_t n = J->n, dk = J->dk, dv = J->dv;
+    float *S = J->S + j;
+    const float *S0 = J->S0 + j;
+    float mem = 0.0f, a = J->alphas[0];
+    for (int64_t i = 0; i < dk; i++) {
+        float s = S0[i * dv] * a;
+        S[i * dv] = s;
+        mem = mem + J->ks[i] * s;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const float *kt = J->ks + t * J->k_row, *qt = J->qs + t * J->k_row;
+        mem = (J->vs[t * J->v_row + j] - mem) * J->betas[t * J->hv];
+        float ot = 0.0f;
+        if (t + 1 == n) {
+            for (int64_t i = 0; i < dk; i++) {
+                float s = S[i * dv] + kt[i] * mem;
+                S[i * dv] = s;
+                ot = ot + qt[i] * s;
+            }
+        } else {
+            const float *k2 = J->ks + (t + 1) * J->k_row;
+            float a2 = J->alphas[(t + 1) * J->hv], nxt = 0.0f;
+            for (int64_t i = 0; i < dk; i++) {
+                float s = S[i * dv] + kt[i] * mem;
+                ot = ot + qt[i] * s;
+                float s2 = s * a2;
+                S[i * dv] = s2;
+                nxt = nxt + k2[i] * s2;
+            }
+            mem = nxt;
+        }
+        if (J->read_out) J->o[t * J->o_row + j] = ot;
+    }
+}
+
+#ifdef ONEBIT_HI_EMULATE_AVX512
+#define TARGET_512
+#else
+#define TARGET_512 __attribute__((target("avx512f")))
+#endif
+
+static TARGET_512 void head16(const delta_head_t *J, float *mem) {
+    const int64_t jv = J->dv / 16 * 16;
+    row0_16(J, jv, mem);
+    for (int64_t j = 0; j < jv; j += 16) block16(J, j, mem + j);
+    for (int64_t j = jv; j < J->dv; j++) column1(J, j);
+}
+
+#ifndef ONEBIT_HI_EMULATE_AVX512
+static void head8(const delta_head_t *J, float *mem) {
+    const int64_t jv = J->dv / 8 * 8;
+    row0_8(J, jv, mem);
+    for (int64_t j = 0; j < jv; j += 8) block8(J, j, mem + j);
+    for (int64_t j = jv; j < J->dv; j++) column1(J, j);
+}
+#endif
+
+unsigned onebit_hi_cpu_flags(void); /* kernel.c */
+int onebit_hi_vnni_emulated(void);   /* vnni.c */
+
+/* 1 if delta path `path` (1: 16 lanes, AVX-512F or its emulation; 0: 8 lanes, AVX2) runs here. */
+int onebit_hi_delta_path_ok(int path) {
+    unsigned f = onebit_hi_cpu_flags(), ymm = 1u | 2u | 4u | 16u; /* osxsave, avx, xcr0 ymm, avx2 */
+#ifdef ONEBIT_HI_EMULATE_AVX512
+    return path == 1 && (f & ymm) == ymm;
+#else
+    if (path == 0) return (f & ymm) == ymm;
+    if (path == 1) return (f & (ymm | 8u | 32u)) == (ymm | 8u | 32u); /* + xcr0 zmm, avx512f */
+    return 0;
+#endif
+}
+
+/* Advance S [HV, dk, dv] by rows 0..n-1 from the start state S0 (S itself, or a snapshot only read); value
+ * head h reads key head h / (HV / HK). alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (head h's v at
+ * columns v0 + h dv); with read_out, o [n, HV, dv] gets each row's q^T S after its write. All C-contiguous
+ * float32. Returns 0; -2 for arguments that describe no such call; -3 if `path` cannot run here; -4 out of memory. */
+int onebit_hi_delta_heads(float *S, const float *S0, const float *alphas, const float *betas, const float *ks,
+                          const float *qs, const float *xs, float *o, int64_t n, int64_t HV, int64_t HK, int64_t dk,
+                          int64_t dv, int64_t C, int64_t v0, int read_out, int path) {
+    if (!S || !S0 || n < 0 || HV < 1 || HK < 1 || HV % HK || dk < 1 || dv < 1 || v0 < 0 || v0 + HV * dv > C ||
+        (n && (!alphas || !betas || !ks || !qs || !xs)) || (n && read_out && !o))
+        return -2;
+    if (!onebit_hi_delta_path_ok(path)) return -3;
+    if (n == 0) {
+        if (S != S0) memcpy(S, S0, (size_t)(HV * dk * dv) * sizeof(float));
+        return 0;
+    }
+    const int64_t r = HV / HK;
+    float *mem = (float *)malloc((size_t)dv * sizeof(float)); /* row 0's reads of one head */
+    if (!mem) return -4;
+    for (int64_t h = 0; h < HV; h++) {
+        const int64_t g = h / r;
+        delta_head_t J = {S + h * dk * dv, S0 + h * dk * dv, alphas + h, betas + h, ks + g * dk, qs + g * dk,
+                          xs + v0 + h * dv, read_out ? o + h * dv : 0, n, dk, dv, HV, HK * dk, C, HV * dv, read_out};
+#ifdef ONEBIT_HI_EMULATE_AVX512
+        head16(&J, mem);
+#else
+        if (path == 1) head16(&J, mem);
+        else head8(&J, mem);
+#endif
+    }
+    free(mem);
+    return 0;
+}

@@ -1,0 +1,85 @@
+"""delta.c (gemm/host_int, the delta rule's heads in C) against numba's ``gated_delta_fast._heads``, its
+twin: the same bits of the state and of every read-out, on each path this machine can run (AVX2, AVX-512)
+and on the AVX-512 source built against the scalar emulation (so a CPU without AVX-512 still checks it).
+NaN payloads are not part of the claim (a compiler may swap an add's operands): where a value is NaN on
+one side it must be NaN on the other; every other value is compared bit for bit."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from onebit_engine.ops.gated_delta_fast import gdn_token_fast
+
+pytestmark = pytest.mark.skipif(gdn_token_fast is None, reason="numba is not installed (the fast extra)")
+
+
+def _library(variant):
+    from onebit_engine.gemm.host_int import native
+
+    try:
+        return native.load(variant)
+    except native.NativeUnavailable as e:
+        pytest.skip(f"the host-int library does not build here: {e}")
+
+
+def _paths():
+    """(variant, path) pairs: every path of the main library, and the emulated 16 lanes."""
+    from onebit_engine.gemm.host_int.native import DELTA_PATHS
+
+    return [("main", "avx2"), ("main", "avx512"), ("emulated", "avx512")], DELTA_PATHS
+
+
+def _same(a, b):
+    na, nb = np.isnan(a), np.isnan(b)
+    return np.array_equal(na, nb) and np.array_equal(a[~na].view(np.uint32), b[~nb].view(np.uint32))
+
+
+@pytest.mark.parametrize("variant,path", _paths()[0])
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 3]), st.sampled_from([1, 5, 16]),
+       st.sampled_from([1, 7, 8, 16, 20, 37, 128]), st.integers(0, 9), st.booleans(), st.booleans(), st.booleans(),
+       st.integers(0, 2**16))
+def test_native_heads_are_numbas_bitwise(variant, path, hk, r, dk, dv, n, read_out, apart, nonfinite, seed):
+    from onebit_engine.ops.gated_delta_fast import _heads
+
+    lib = _library(variant)
+    pid = _paths()[1][path]
+    if not lib.delta_path_ok(pid):
+        pytest.skip(f"delta path {path} does not run on this CPU ({variant} library)")
+    rng = np.random.default_rng(seed)
+    hv = hk * r
+    v0 = 2 * hk * dk
+    C = v0 + hv * dv + int(rng.integers(0, 3))  # a wider row than the heads use: the row stride is C
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    S0, ks, qs, xs = f(hv, dk, dv), f(n, hk, dk), f(n, hk, dk), f(n, C)
+    alphas, betas = rng.uniform(0.01, 1, (n, hv)).astype(np.float32), rng.uniform(0, 1, (n, hv)).astype(np.float32)
+    if nonfinite:
+        S0[rng.random(S0.shape) < 0.03] = np.nan
+        ks[rng.random(ks.shape) < 0.03] = np.inf
+    a, o_a = S0.copy(), np.zeros((n, hv, dv), np.float32)
+    _heads(a, alphas, betas, ks, qs, xs, o_a if read_out else np.empty((0, hv, dv), np.float32), r, v0, read_out, a)
+    src = S0.copy()
+    b = f(hv, dk, dv) if apart else src  # apart: written from a start state it must leave as it was
+    o_b = np.zeros((n, hv, dv), np.float32)
+    lib.delta_heads(b, src, alphas, betas, ks, qs, xs, o_b if read_out else None, v0, pid)
+    assert _same(a, b)
+    if read_out:
+        assert _same(o_a, o_b)
+    if apart:
+        assert _same(src, S0)
+
+
+def test_native_heads_refuse_what_describes_no_call():
+    from onebit_engine.gemm.host_int.native import DELTA_PATHS
+
+    lib = _library("main")
+    S = np.zeros((2, 4, 4), np.float32)
+    ok = dict(alphas=np.ones((1, 2), np.float32), betas=np.ones((1, 2), np.float32), ks=np.ones((1, 1, 4), np.float32),
+              qs=np.ones((1, 1, 4), np.float32), xs=np.ones((1, 16), np.float32))
+    with pytest.raises(ValueError, match="do not describe one call"):
+        lib.delta_heads(S, S.astype(np.float64), ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 8,
+                        DELTA_PATHS["avx2"])
+    with pytest.raises(ValueError, match="code -2"):  # v0 + HV dv past the row
+        lib.delta_heads(S, S, ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 12, DELTA_PATHS["avx2"])
+    with pytest.raises(ValueError, match="code -3"):
+        lib.delta_heads(S, S, ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 8, 7)
