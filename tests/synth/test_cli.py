@@ -55,6 +55,9 @@ def test_bench_shape_reports_every_figure(tmp_path, capsys):
                 "verify_over_plain_step", "draft_over_plain_step"):
         assert key in r, key
     assert r["identical_to_plain"] is True and set(r["phase_ms"]) >= {"draft", "verify", "commit", "plain_step"}
+    assert r["plain_bound_paired"]["steps"] == 11 and r["plain_bound_share"] == r["plain_bound_paired"]["share"] > 0
+    assert doc["provenance"]["ops"] in ("numba", "numpy") and doc["provenance"]["delta_rule"] in (
+        "numba", "numpy", "native-avx2", "native-avx512")
     assert doc["provenance"]["kernel_hash"] and doc["config"]["profile"].startswith("0.8")
     assert main(args) == 0 and _json(capsys)["config"]["folder_reused"] is True
 
