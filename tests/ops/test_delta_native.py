@@ -22,11 +22,7 @@ def _library(variant):
         pytest.skip(f"the host-int library does not build here: {e}")
 
 
-def _paths():
-    """(variant, path) pairs: every path of the main library, and the emulated 16 lanes."""
-    from onebit_engine.gemm.host_int.native import DELTA_PATHS
-
-    return [("main", "avx2"), ("main", "avx512"), ("emulated", "avx512")], DELTA_PATHS
+PATHS = [("main", "avx2"), ("main", "avx512"), ("emulated", "avx512")]  # every path, and the emulated 16 lanes
 
 
 def _same(a, b):
@@ -34,7 +30,7 @@ def _same(a, b):
     return np.array_equal(na, nb) and np.array_equal(a[~na].view(np.uint32), b[~nb].view(np.uint32))
 
 
-@pytest.mark.parametrize("variant,path", _paths()[0])
+@pytest.mark.parametrize("variant,path", PATHS)
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 3]), st.sampled_from([1, 5, 16]),
        st.sampled_from([1, 7, 8, 16, 20, 37, 128]), st.integers(0, 9), st.booleans(), st.booleans(), st.booleans(),
@@ -42,8 +38,10 @@ def _same(a, b):
 def test_native_heads_are_numbas_bitwise(variant, path, hk, r, dk, dv, n, read_out, apart, nonfinite, seed):
     from onebit_engine.ops.gated_delta_fast import _heads
 
+    from onebit_engine.gemm.host_int.native import DELTA_PATHS
+
     lib = _library(variant)
-    pid = _paths()[1][path]
+    pid = DELTA_PATHS[path]
     if not lib.delta_path_ok(pid):
         pytest.skip(f"delta path {path} does not run on this CPU ({variant} library)")
     rng = np.random.default_rng(seed)

@@ -22,7 +22,6 @@ from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
 from ..ops.gated_delta_fast import (gdn_mixer_finish, gdn_mixer_prep, gdn_mixer_rows, gdn_replay_fast,
                                     gdn_replay_prep)
-from .delta_native import NativeDelta, native_delta
 from ..ops.kv_cache import KVCache
 from ..ops.moe import combine_numpy, route_rows_numpy
 from ..ops.moe_fast import combine as combine_fast, route_rows as route_rows_fast
@@ -30,6 +29,7 @@ from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from ..ops.norm_fast import rms_norm_rows, silu_mul
 from ..ops.op_sets import resolve_ops_name
 from ..ops.rope import apply_rope, cos_sin
+from .delta_native import NativeDelta, native_delta
 from .state import GDNLayerState, RecordedRows
 
 F32 = np.float32
@@ -176,13 +176,20 @@ def silu_mul_numba(y: np.ndarray) -> np.ndarray:
     return out
 
 
+def _mixer_start(st: GDNLayerState, src: GDNLayerState | None) -> np.ndarray:
+    """Make st's arrays its own (they are updated in place) and return the recurrent state the rows start from:
+    st's, or on a verify's first call the snapshot's, which the first row's sweep reads as it writes st's (the
+    conv window is small, C x (K-1): copied)."""
+    st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)
+    if src is None:
+        return st.recurrent
+    np.copyto(st.conv, src.conv)
+    return np.ascontiguousarray(src.recurrent, dtype=F32)
+
+
 def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
                    src: GDNLayerState | None = None) -> np.ndarray:
-    st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)  # updated in place below
-    start = st.recurrent
-    if src is not None:  # a verify's first call: the mixer reads the snapshot's state as it writes st's
-        np.copyto(st.conv, src.conv)  # the conv window is small (C x (K-1)): copied
-        start = np.ascontiguousarray(src.recurrent, dtype=F32)
+    start = _mixer_start(st, src)
     rec = rec if rec is not None else RecordedRows.none(st)
     out = np.empty((proj.shape[0], p.n_v_heads * p.dv), F32)
     gdn_mixer_rows(proj, n, st.conv, st.recurrent, start, p.conv_weight, p.neg_A, p.dt_bias, p.norm_weight, p.eps,
@@ -227,11 +234,7 @@ def native_delta_ops(nd: NativeDelta) -> TargetOps:
                  src: GDNLayerState | None = None) -> np.ndarray:
         if rec is not None and rec.recurrent.shape[0]:  # the checkpoint path keeps every row's state: numba's loop
             return gdn_rows_numba(proj, n, st, p, rec, src)
-        st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)  # updated in place below
-        start = st.recurrent
-        if src is not None:  # as gdn_rows_numba: the snapshot's state is read in the first row's sweep
-            np.copyto(st.conv, src.conv)
-            start = np.ascontiguousarray(src.recurrent, dtype=F32)
+        start = _mixer_start(st, src)
         rec = rec if rec is not None else RecordedRows.none(st)
         HV, dv = p.n_v_heads, p.dv
         xs, qs, ks, alphas, betas = gdn_mixer_prep(proj, n, st.conv, p.conv_weight, p.neg_A, p.dt_bias, p.n_k_heads,

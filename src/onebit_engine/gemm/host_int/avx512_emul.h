@@ -79,12 +79,6 @@ typedef struct {
     float f[16];
 } __m512;
 
-static inline __m512 _mm512_setzero_ps(void) {
-    __m512 d;
-    for (int j = 0; j < 16; j++) d.f[j] = 0.0f;
-    return d;
-}
-
 static inline __m512 _mm512_loadu_ps(void const *mem_addr) {
     __m512 d;
     memcpy(&d, mem_addr, sizeof d);
@@ -99,21 +93,16 @@ static inline __m512 _mm512_set1_ps(float a) {
     return d;
 }
 
-static inline __m512 _mm512_add_ps(__m512 a, __m512 b) {
-    __m512 d;
-    for (int j = 0; j < 16; j++) d.f[j] = a.f[j] + b.f[j];
-    return d;
-}
+static inline __m512 _mm512_setzero_ps(void) { return _mm512_set1_ps(0.0f); }
 
-static inline __m512 _mm512_sub_ps(__m512 a, __m512 b) {
-    __m512 d;
-    for (int j = 0; j < 16; j++) d.f[j] = a.f[j] - b.f[j];
-    return d;
-}
-
-static inline __m512 _mm512_mul_ps(__m512 a, __m512 b) {
-    __m512 d;
-    for (int j = 0; j < 16; j++) d.f[j] = a.f[j] * b.f[j];
-    return d;
-}
+#define EMUL_PS_LANEWISE(name, op)                          \
+    static inline __m512 name(__m512 a, __m512 b) {         \
+        __m512 d;                                           \
+        for (int j = 0; j < 16; j++) d.f[j] = a.f[j] op b.f[j]; \
+        return d;                                           \
+    }
+EMUL_PS_LANEWISE(_mm512_add_ps, +)
+EMUL_PS_LANEWISE(_mm512_sub_ps, -)
+EMUL_PS_LANEWISE(_mm512_mul_ps, *)
+#undef EMUL_PS_LANEWISE
 #endif
