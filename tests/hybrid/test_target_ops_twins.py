@@ -118,10 +118,11 @@ def _native_tables():
 
 
 @numba_only
-@given(st.integers(0, 2**16), st.integers(0, R), st.sampled_from([2, 4]), st.booleans(), st.booleans(), st.integers(0, 12))
-def test_native_delta_tables_are_numbas_bitwise(seed, n, v_heads, checkpoints, from_snapshot, replayed):
+@given(st.integers(0, 2**16), st.integers(0, R), st.sampled_from([2, 4]), st.booleans(), st.booleans(), st.integers(0, 12),
+       st.sampled_from([1, 2]))
+def test_native_delta_tables_are_numbas_bitwise(seed, n, v_heads, checkpoints, from_snapshot, replayed, threads):
     """The mixer (with its records and a verify's snapshot start) and the replay, on the tables whose heads run
-    in delta.c: the bits of ``NUMBA_OPS``, the start state left as it was."""
+    in delta.c (on 1 or 2 threads): the bits of ``NUMBA_OPS``, the start state left as it was."""
     tables = _native_tables()
     if not tables:
         pytest.skip("the host-int library does not build here")
@@ -134,9 +135,10 @@ def test_native_delta_tables_are_numbas_bitwise(seed, n, v_heads, checkpoints, f
     for table in [NUMBA_OPS] + tables:
         st = gdn.new_state() if from_snapshot else st0.copy()  # from a snapshot: st is a buffer to write
         rec = VerifyRecord.begin(40, n, {3: snap}, checkpoints)
-        out = table.gdn_rows(proj, n, st, gdn.params, rec.rows_of(3, 40, n), snap if from_snapshot else None)
+        out = table.gdn_rows(proj, n, st, gdn.params, rec.rows_of(3, 40, n), snap if from_snapshot else None,
+                             threads=threads)
         rp = st0.copy()
-        table.gdn_replay(rp, mixed, alpha, beta, gdn.params)
+        table.gdn_replay(rp, mixed, alpha, beta, gdn.params, threads=threads)
         got = [out, st.conv, st.recurrent, rec.mixed[3], rec.alpha[3], rec.beta[3], rp.conv, rp.recurrent]
         got += [x.recurrent for x in rec.per_row[3]] if checkpoints else []
         if want is None:

@@ -34,8 +34,11 @@ def _same(a, b):
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 3]), st.sampled_from([1, 5, 16]),
        st.sampled_from([1, 7, 8, 16, 20, 37, 128]), st.integers(0, 9), st.booleans(), st.booleans(), st.booleans(),
-       st.integers(0, 2**16))
-def test_native_heads_are_numbas_bitwise(variant, path, hk, r, dk, dv, n, read_out, apart, nonfinite, seed):
+       st.sampled_from([1, 2, 3]), st.booleans(), st.integers(0, 2**16))
+def test_native_heads_are_numbas_bitwise(variant, path, hk, r, dk, dv, n, read_out, apart, nonfinite, threads, by_pointer,
+                                         seed):
+    """Every head and read-out as numba gives it, on 1 to 3 threads of the pool (the heads are independent jobs),
+    the arrays passed by object address or (``by_pointer``, where the object layout check fails) by pointer."""
     from onebit_engine.ops.gated_delta_fast import _heads
 
     from onebit_engine.gemm.host_int.native import DELTA_PATHS
@@ -59,7 +62,12 @@ def test_native_heads_are_numbas_bitwise(variant, path, hk, r, dk, dv, n, read_o
     src = S0.copy()
     b = f(hv, dk, dv) if apart else src  # apart: written from a start state it must leave as it was
     o_b = np.zeros((n, hv, dv), np.float32)
-    lib.delta_heads(b, src, alphas, betas, ks, qs, xs, o_b if read_out else None, v0, pid)
+    off = lib.data_off
+    lib.data_off = -1 if by_pointer else off
+    try:
+        lib.delta_heads(b, src, alphas, betas, ks, qs, xs, o_b if read_out else None, v0, pid, threads)
+    finally:
+        lib.data_off = off
     assert _same(a, b)
     if read_out:
         assert _same(o_a, o_b)
@@ -81,3 +89,5 @@ def test_native_heads_refuse_what_describes_no_call():
         lib.delta_heads(S, S, ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 12, DELTA_PATHS["avx2"])
     with pytest.raises(ValueError, match="code -3"):
         lib.delta_heads(S, S, ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 8, 7)
+    with pytest.raises(ValueError, match="code -2"):  # no thread to run on
+        lib.delta_heads(S, S, ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 8, DELTA_PATHS["avx2"], 0)

@@ -34,10 +34,11 @@ def test_fast_token_matches_numpy_twin(hk, r, dk, dv, K, seed):
     del S
 
 
-@given(st.integers(1, 300), st.integers(0, 2**16))
-def test_kernel_4_conv_is_the_general_conv_bitwise(C, seed):
+@given(st.integers(1, 300), st.integers(0, 2**16), st.booleans())
+def test_kernel_4_conv_is_the_general_conv_bitwise(C, seed, strided):
     """The kernel-size-4 conv (one pass, taps in registers) against the general loops it stands in for:
-    the same x and the same advanced window, bit for bit, over a few tokens (non-finite inputs too)."""
+    the same x and the same advanced window, bit for bit, over a few tokens (non-finite inputs too), on its
+    flat path (C-contiguous arrays) and on its 2-d path (``strided``: the window and weight are views)."""
     from onebit_engine.ops.gated_delta_fast import _conv, _conv4
 
     rng = np.random.default_rng(seed)
@@ -45,10 +46,17 @@ def test_kernel_4_conv_is_the_general_conv_bitwise(C, seed):
     w[rng.random((C, 4)) < 0.02] = np.inf
     a = rng.standard_normal((C, 3)).astype(np.float32)
     b = a.copy()
+    if strided:  # the first columns of wider arrays: neither is C-contiguous
+        big_w, big_b = np.zeros((C, 8), np.float32), np.zeros((C, 6), np.float32)
+        big_w[:, :4], big_b[:, :3] = w, b
+        w4, b = big_w[:, :4], big_b[:, :3]
+        assert C == 1 or not (w4.flags.c_contiguous or b.flags.c_contiguous)  # one row is contiguous any way
+    else:
+        w4 = w
     for _ in range(3):
         mixed = (rng.standard_normal(C) * 10.0 ** rng.integers(-30, 30, C)).astype(np.float32)
         xa, xb = np.empty(C, np.float32), np.empty(C, np.float32)
         _conv(a, mixed, w, xa)
-        _conv4(b, mixed, w, xb)
+        _conv4(b, mixed, w4, xb)
         assert np.array_equal(xa.view(np.uint32), xb.view(np.uint32))
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert np.array_equal(a.view(np.uint32), np.ascontiguousarray(b).view(np.uint32))

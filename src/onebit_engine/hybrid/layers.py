@@ -57,7 +57,13 @@ class GatedDeltaNet:
         # a verify's first call starts from the snapshot it handed over (state.hand_over), later ones in place
         src = record.snapshot[self.index] if record is not None and state.pos == record.start_pos else None
         proj = self.in_proj(h)  # [R, C + HV*dv + 2*HV]: mixed | z | b | a
-        return self.out_proj(self.ops.gdn_rows(proj, n, state.layers[self.index], self.params, rows, src))
+        return self.out_proj(self.ops.gdn_rows(proj, n, state.layers[self.index], self.params, rows, src,
+                                               threads=self._threads()))
+
+    def _threads(self) -> int:
+        """The heads' threads: the GEMM backend's, read at each call (a benchmark changes it between runs); its
+        pool's workers wait between the GEMM calls, so the heads take the same cores."""
+        return int(getattr(self.in_proj.backend, "threads", 1))
 
     def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray, *,
                in_place: bool = False) -> GDNLayerState:
@@ -65,7 +71,7 @@ class GatedDeltaNet:
         (mixed [a, C], alpha and beta [a, HV]): the same per-token code the forward ran, no GEMM.
         ``in_place``: advance ``snapshot`` itself (a commit that has no further use for it) instead of a copy."""
         st = snapshot if in_place else snapshot.copy()
-        self.ops.gdn_replay(st, mixed, alpha, beta, self.params)
+        self.ops.gdn_replay(st, mixed, alpha, beta, self.params, threads=self._threads())
         return st
 
 

@@ -87,11 +87,12 @@ class TargetOps:
     silu_mul: Callable[[np.ndarray], np.ndarray]  # [gate | up] [R, 2I] -> silu(gate) * up [R, I]
     # proj [R, C + HV*dv + 2*HV], n, state, params, rows to record (a verify) or None, and the state to
     # start from when it is not ``state`` (a verify's first call: its snapshot, only read; ``state`` is then a
-    # buffer to write, its old contents unused) or None -> [R, HV*dv]
-    gdn_rows: Callable[[np.ndarray, int, GDNLayerState, GDNParams, "RecordedRows | None", "GDNLayerState | None"],
-                       np.ndarray]
+    # buffer to write, its old contents unused) or None -> [R, HV*dv]. Both delta-net ops also take ``threads=``:
+    # the most threads the heads may use (the GEMM backend's; only the delta.c table uses more than one, and the
+    # heads are independent, so the bits do not depend on it)
+    gdn_rows: Callable[..., np.ndarray]
     # state (advanced in place), mixed [a, C], alpha, beta [a, HV], params -> None
-    gdn_replay: Callable[[GDNLayerState, np.ndarray, np.ndarray, np.ndarray, GDNParams], None]
+    gdn_replay: Callable[..., None]
     # qkv [R, 2*H*hd + 2*HKV*hd], n, cache, position of row 0, params -> [R, H*hd]
     attention_rows: Callable[[np.ndarray, int, KVCache, int, AttentionParams], np.ndarray]
     # a sparse block's combine, in place: out [R, D] += weights[row, rank] * y [P, D] pair by pair
@@ -110,7 +111,7 @@ def silu_mul_numpy(y: np.ndarray) -> np.ndarray:
 
 
 def gdn_rows_numpy(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
-                   src: GDNLayerState | None = None) -> np.ndarray:
+                   src: GDNLayerState | None = None, threads: int = 1) -> np.ndarray:
     """Gates, then :func:`ops.gated_delta.gdn_token` a token at a time, then the gated norm."""
     if src is not None:  # gdn_token returns new arrays and never writes its inputs: start from src's
         st.conv, st.recurrent = src.conv, src.recurrent
@@ -132,7 +133,7 @@ def gdn_rows_numpy(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows |
     return y
 
 
-def gdn_replay_numpy(st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> None:
+def gdn_replay_numpy(st: GDNLayerState, mixed, alpha, beta, p: GDNParams, threads: int = 1) -> None:
     for t in range(len(mixed)):
         _, st.conv, st.recurrent = gdn_token(st.conv, st.recurrent, mixed[t], alpha[t], beta[t], p.conv_weight,
                                              p.n_k_heads, p.dk, p.dv)
@@ -188,7 +189,7 @@ def _mixer_start(st: GDNLayerState, src: GDNLayerState | None) -> np.ndarray:
 
 
 def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
-                   src: GDNLayerState | None = None) -> np.ndarray:
+                   src: GDNLayerState | None = None, threads: int = 1) -> np.ndarray:
     start = _mixer_start(st, src)
     rec = rec if rec is not None else RecordedRows.none(st)
     out = np.empty((proj.shape[0], p.n_v_heads * p.dv), F32)
@@ -197,7 +198,7 @@ def gdn_rows_numba(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows |
     return out
 
 
-def gdn_replay_numba(st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> None:
+def gdn_replay_numba(st: GDNLayerState, mixed, alpha, beta, p: GDNParams, threads: int = 1) -> None:
     gdn_replay_fast(st.conv, st.recurrent, mixed, alpha, beta, p.conv_weight, p.n_k_heads, p.dk, p.dv)
 
 
@@ -231,7 +232,7 @@ def native_delta_ops(nd: NativeDelta) -> TargetOps:
     the conv, the gated norm), delta.c between - the bits of ``NUMBA_OPS`` (tests/ops/test_delta_native.py)."""
 
     def gdn_rows(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
-                 src: GDNLayerState | None = None) -> np.ndarray:
+                 src: GDNLayerState | None = None, threads: int = 1) -> np.ndarray:
         if rec is not None and rec.recurrent.shape[0]:  # the checkpoint path keeps every row's state: numba's loop
             return gdn_rows_numba(proj, n, st, p, rec, src)
         start = _mixer_start(st, src)
@@ -240,16 +241,17 @@ def native_delta_ops(nd: NativeDelta) -> TargetOps:
         xs, qs, ks, alphas, betas = gdn_mixer_prep(proj, n, st.conv, p.conv_weight, p.neg_A, p.dt_bias, p.n_k_heads,
                                                    p.dk, dv, HV, rec.mixed, rec.alpha, rec.beta, rec.conv)
         o = np.empty((n, HV, dv), F32)
-        nd.lib.delta_heads(st.recurrent, start, alphas, betas, ks, qs, xs, o, 2 * p.n_k_heads * p.dk, nd.path)
+        nd.lib.delta_heads(st.recurrent, start, alphas, betas, ks, qs, xs, o, 2 * p.n_k_heads * p.dk, nd.path, threads)
         out = np.empty((proj.shape[0], HV * dv), F32)
         gdn_mixer_finish(proj, n, o, p.norm_weight, p.eps, st.conv.shape[0], out)
         return out
 
-    def gdn_replay(st: GDNLayerState, mixed, alpha, beta, p: GDNParams) -> None:
+    def gdn_replay(st: GDNLayerState, mixed, alpha, beta, p: GDNParams, threads: int = 1) -> None:
         st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)
         xs, qs, ks = gdn_replay_prep(st.conv, np.ascontiguousarray(mixed, dtype=F32), p.conv_weight, p.n_k_heads, p.dk)
         nd.lib.delta_heads(st.recurrent, st.recurrent, np.ascontiguousarray(alpha, dtype=F32),
-                           np.ascontiguousarray(beta, dtype=F32), ks, qs, xs, None, 2 * p.n_k_heads * p.dk, nd.path)
+                           np.ascontiguousarray(beta, dtype=F32), ks, qs, xs, None, 2 * p.n_k_heads * p.dk, nd.path,
+                           threads)
 
     return TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows, gdn_replay, attention_rows_numba, combine_fast,
                      route_rows_fast, nd.name)

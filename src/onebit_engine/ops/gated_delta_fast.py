@@ -42,7 +42,8 @@ def _conv(conv, mixed, w, x):
 def _conv4(conv, mixed, w, x):
     """:func:`_conv` for kernel size 4 (every published Qwen3.5 / Qwen3-Next shape): one pass over the
     channels with the three taps in registers, the same operations in the same order - the same bits
-    (tests/ops/test_gdn_fast.py), ~3x faster than the general loops, whose strided taps do not vectorize."""
+    (tests/ops/test_gdn_fast.py), ~3x faster than the general loops, whose strided taps do not vectorize.
+    Compiled, C-contiguous arrays (the engine's own) take :func:`_conv4_flat` instead (numba picks by layout)."""
     for c in range(conv.shape[0]):
         c0 = conv[c, 0]
         c1 = conv[c, 1]
@@ -56,6 +57,28 @@ def _conv4(conv, mixed, w, x):
         conv[c, 0] = c1
         conv[c, 1] = c2
         conv[c, 2] = m
+
+
+def _conv4_flat(conv, mixed, w, x):
+    """:func:`_conv4` on C-contiguous conv and w, indexed flat: the same operations in the same order. A
+    constant stride lets LLVM vectorize the interleaved taps, which the 2-d indexing (its stride read at run
+    time) did not: 8.7 -> 2.9 us a row at C = 6144 (Zen 4, warm)."""
+    C = conv.shape[0]
+    cf = conv.reshape(C * 3)
+    wf = w.reshape(C * 4)
+    for c in range(C):
+        c0 = cf[3 * c]
+        c1 = cf[3 * c + 1]
+        c2 = cf[3 * c + 2]
+        m = mixed[c]
+        v = wf[4 * c + 3] * m
+        v = v + wf[4 * c] * c0
+        v = v + wf[4 * c + 1] * c1
+        v = v + wf[4 * c + 2] * c2
+        x[c] = v
+        cf[3 * c] = c1
+        cf[3 * c + 1] = c2
+        cf[3 * c + 2] = m
 
 
 def _prep(conv, mixed, w, n_k_heads, dk, x, q, k):
@@ -343,6 +366,21 @@ def _replay(conv, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
 if nb is not None:
     _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
     _conv = _jit(_conv)
+    _conv4_flat = _jit(_conv4_flat)
+    _conv4_2d = _jit(_conv4)
+
+    def _conv4_by_layout(conv, mixed, w, x):  # resolved while compiling, from the arrays' layouts
+        _conv4_2d(conv, mixed, w, x)
+
+    @nb.extending.overload(_conv4_by_layout, jit_options={"error_model": "numpy", "nogil": True})
+    def _conv4_overload(conv, mixed, w, x):
+        if conv.layout == "C" and w.layout == "C":
+            return lambda conv, mixed, w, x: _conv4_flat(conv, mixed, w, x)
+        return lambda conv, mixed, w, x: _conv4_2d(conv, mixed, w, x)
+
+    def _conv4(conv, mixed, w, x):
+        _conv4_by_layout(conv, mixed, w, x)
+
     _conv4 = _jit(_conv4)
     _prep = _jit(_prep)
     _head = _jit(_head)

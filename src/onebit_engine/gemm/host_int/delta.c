@@ -1,12 +1,14 @@
-/* The gated delta rule of one delta-net layer for the n rows of a call, every value head in turn, on the
- * calling thread: the compiled twin of ops/gated_delta_fast._heads (which stays the reference; the test
- * tests/ops/test_delta_native.py pins the two bitwise, on this CPU's path and on the AVX-512 emulation).
+/* The gated delta rule of one delta-net layer for the n rows of a call, every value head a job on the GEMM
+ * pool (kernel.c's onebit_hi_team; the caller passes the backend's threads): the compiled twin of
+ * ops/gated_delta_fast._heads (which stays the reference; tests/ops/test_delta_native.py pins the two bitwise, on
+ * this CPU's path, on the AVX-512 emulation and on 1 to 3 threads).
  *
  * Why: numba's loop over a head's state stores three arrays per element (S, the read-out sum, the next
  * row's read sum), as LLVM cannot keep the sums in registers across its loops; with one vector of columns
  * at a time they stay in registers and only S is stored. One head of 8 rows at dk = dv = 128 took 12 us
- * here against numba's 25-31 us (Zen 4, warm). The pool is not used: on 2 cores the second one's share
- * of the recurrence did not pay for its hand-offs (docs/host-int.md, "Tried and removed").
+ * here against numba's 25-31 us (Zen 4, warm). On the pool: the heads are independent and the pool's second
+ * worker only waits between GEMM calls; 18 layers of 16 heads (0.8B) took 0.60 (8 rows) to 0.74 (1 row) of the
+ * one-thread time on 2 threads (docs/host-int.md, "The delta rule in C").
  *
  * Paths: AVX-512 (16 columns a vector; target attribute, run only where cpuid and xgetbv allow, like
  * vnni.c; built against avx512_emul.h in the emulated test library) and AVX2 (8 columns), the same body
@@ -140,7 +142,11 @@ int onebit_hi_vnni_emulated(void);   /* vnni.c */
 
 /* 1 if delta path `path` (1: 16 lanes, AVX-512F or its emulation; 0: 8 lanes, AVX2) runs here. */
 int onebit_hi_delta_path_ok(int path) {
-    unsigned f = onebit_hi_cpu_flags(), ymm = 1u | 2u | 4u | 16u; /* osxsave, avx, xcr0 ymm, avx2 */
+    /* cached like onebit_hi_path_ok's (a race only recomputes the same value): cpuid leaves the VM on every
+     * call, ~12 us a call here, which a 0.8B plain step paid 18 times */
+    static unsigned f = ~0u;
+    if (f == ~0u) f = onebit_hi_cpu_flags();
+    const unsigned ymm = 1u | 2u | 4u | 16u; /* osxsave, avx, xcr0 ymm, avx2 */
 #ifdef ONEBIT_HI_EMULATE_AVX512
     return path == 1 && (f & ymm) == ymm;
 #else
@@ -150,15 +156,46 @@ int onebit_hi_delta_path_ok(int path) {
 #endif
 }
 
+/* One value head: a job of the team (onebit_hi_team in kernel.c). */
+typedef struct {
+    delta_head_t J;
+    float *mem; /* dv floats of its own: row 0's reads */
+    int path;
+} delta_job_t;
+
+void onebit_hi_team(void (*fn)(void *), void *jobs, size_t job_size, int njobs, int t); /* kernel.c */
+
+static void delta_job(void *p) {
+    const delta_job_t *d = (const delta_job_t *)p;
+#ifdef ONEBIT_HI_EMULATE_AVX512
+    head16(&d->J, d->mem);
+#else
+    if (d->path == 1) head16(&d->J, d->mem);
+    else head8(&d->J, d->mem);
+#endif
+}
+
+/* The data pointer of argument p: p itself, or, when data_off >= 0, the pointer a numpy array object at p keeps at
+ * that offset (no per-call ctypes objects, as for onebit_hi_matmul; native.py checks the offset once). */
+static void *arg_data(const char *p, int64_t data_off) {
+    return data_off >= 0 && p ? *(void *const *)(p + data_off) : (void *)p;
+}
+
 /* Advance S [HV, dk, dv] by rows 0..n-1 from the start state S0 (S itself, or a snapshot only read); value
  * head h reads key head h / (HV / HK). alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (head h's v at
  * columns v0 + h dv); with read_out, o [n, HV, dv] gets each row's q^T S after its write. All C-contiguous
- * float32. Returns 0; -2 for arguments that describe no such call; -3 if `path` cannot run here; -4 out of memory. */
-int onebit_hi_delta_heads(float *S, const float *S0, const float *alphas, const float *betas, const float *ks,
-                          const float *qs, const float *xs, float *o, int64_t n, int64_t HV, int64_t HK, int64_t dk,
-                          int64_t dv, int64_t C, int64_t v0, int read_out, int path) {
+ * float32; each passed as its data pointer, or as a numpy array object when data_off >= 0 (arg_data). The heads
+ * are independent jobs on up to `threads` threads of the GEMM pool (same bits for any count). Returns 0; -2 for
+ * arguments that describe no such call; -3 if `path` cannot run here; -4 out of memory. */
+int onebit_hi_delta_heads(char *S_, const char *S0_, const char *alphas_, const char *betas_, const char *ks_,
+                          const char *qs_, const char *xs_, char *o_, int64_t n, int64_t HV, int64_t HK, int64_t dk,
+                          int64_t dv, int64_t C, int64_t v0, int read_out, int path, int threads, int64_t data_off) {
+    float *S = (float *)arg_data(S_, data_off), *o = (float *)arg_data(o_, data_off);
+    const float *S0 = (const float *)arg_data(S0_, data_off), *alphas = (const float *)arg_data(alphas_, data_off),
+                *betas = (const float *)arg_data(betas_, data_off), *ks = (const float *)arg_data(ks_, data_off),
+                *qs = (const float *)arg_data(qs_, data_off), *xs = (const float *)arg_data(xs_, data_off);
     if (!S || !S0 || n < 0 || HV < 1 || HK < 1 || HV % HK || dk < 1 || dv < 1 || v0 < 0 || v0 + HV * dv > C ||
-        (n && (!alphas || !betas || !ks || !qs || !xs)) || (n && read_out && !o))
+        threads < 1 || (n && (!alphas || !betas || !ks || !qs || !xs)) || (n && read_out && !o))
         return -2;
     if (!onebit_hi_delta_path_ok(path)) return -3;
     if (n == 0) {
@@ -166,19 +203,23 @@ int onebit_hi_delta_heads(float *S, const float *S0, const float *alphas, const 
         return 0;
     }
     const int64_t r = HV / HK;
-    float *mem = (float *)malloc((size_t)dv * sizeof(float)); /* row 0's reads of one head */
-    if (!mem) return -4;
+    delta_job_t *jobs = (delta_job_t *)malloc((size_t)HV * sizeof(delta_job_t));
+    float *mem = (float *)malloc((size_t)(HV * dv) * sizeof(float)); /* each head's row-0 reads */
+    if (!jobs || !mem) {
+        free(jobs);
+        free(mem);
+        return -4;
+    }
     for (int64_t h = 0; h < HV; h++) {
         const int64_t g = h / r;
         delta_head_t J = {S + h * dk * dv, S0 + h * dk * dv, alphas + h, betas + h, ks + g * dk, qs + g * dk,
                           xs + v0 + h * dv, read_out ? o + h * dv : 0, n, dk, dv, HV, HK * dk, C, HV * dv, read_out};
-#ifdef ONEBIT_HI_EMULATE_AVX512
-        head16(&J, mem);
-#else
-        if (path == 1) head16(&J, mem);
-        else head8(&J, mem);
-#endif
+        jobs[h].J = J;
+        jobs[h].mem = mem + h * dv;
+        jobs[h].path = path;
     }
+    onebit_hi_team(delta_job, jobs, sizeof(delta_job_t), (int)(HV > INT32_MAX ? INT32_MAX : HV), threads);
+    free(jobs);
     free(mem);
     return 0;
 }

@@ -121,7 +121,7 @@ int onebit_hi_path_ok(int path) {
     return 0;
 }
 
-int onebit_hi_abi_version(void) { return 5; } /* 3: tile_block, read_stream; 4: matmul_many; 5: delta_heads */
+int onebit_hi_abi_version(void) { return 6; } /* 3: tile_block, read_stream; 4: matmul_many; 5: delta_heads; 6: its threads */
 
 /* ---- the tiled product ---------------------------------------------------------------------------- */
 /* 8 channels at a time (a scalar loop was ~8% of the instructions of an 8-row call at K = 768); a partial
@@ -232,6 +232,19 @@ static void run_all(job_t *base, int64_t tiles, int threads) {
     }
     team_t team = {run_job, (char *)jobs, sizeof(job_t), (int)nj, 0};
     team_run(&team, (int)t);
+}
+
+/* delta.c's value heads as a team of njobs independent jobs on up to t threads of the pool (t = 1: in turn on
+ * this thread). Each job writes only its own head, so the bits do not depend on t. */
+void onebit_hi_team(void (*fn)(void *), void *jobs, size_t job_size, int njobs, int t) {
+    if (t > MAX_THREADS) t = MAX_THREADS;
+    if (t > njobs) t = njobs;
+    if (t <= 1) {
+        for (int i = 0; i < njobs; i++) fn((char *)jobs + (size_t)i * job_size);
+        return;
+    }
+    team_t team = {fn, (char *)jobs, job_size, njobs, 0};
+    team_run(&team, t);
 }
 
 /* For the tests: the threads and jobs a call of m rows would use, out = {threads, jobs, tiles of job 0,

@@ -35,7 +35,7 @@ SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c", "
 HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h", "delta_body.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
-ABI_VERSION = 5
+ABI_VERSION = 6
 DELTA_PATHS = {"avx2": 0, "avx512": 1}  # delta.c's paths: 8 or 16 float lanes (the emulated library: 16 only)
 MAX_MANY = 64  # products per matmul_many call (kernel.c)
 _F32 = np.dtype(np.float32)
@@ -156,7 +156,7 @@ class NativeKernel:
         lib.onebit_hi_plan.argtypes = [p, i64, c_int, p]
         lib.onebit_hi_plan.restype = c_int
         self._delta = lib.onebit_hi_delta_heads
-        self._delta.argtypes = [p] * 8 + [i64] * 7 + [c_int, c_int]
+        self._delta.argtypes = [p] * 8 + [i64] * 7 + [c_int, c_int, c_int, i64]
         self._delta.restype = c_int
         lib.onebit_hi_delta_path_ok.argtypes = [c_int]
         lib.onebit_hi_delta_path_ok.restype = c_int
@@ -243,7 +243,7 @@ class NativeKernel:
         return bool(self.lib.onebit_hi_delta_path_ok(path))
 
     def delta_heads(self, S: np.ndarray, S0: np.ndarray, alphas: np.ndarray, betas: np.ndarray, ks: np.ndarray,
-                    qs: np.ndarray, xs: np.ndarray, o: "np.ndarray | None", v0: int, path: int) -> None:
+                    qs: np.ndarray, xs: np.ndarray, o: "np.ndarray | None", v0: int, path: int, threads: int = 1) -> None:
         """delta.c on a layer's heads, in place: S [HV, dk, dv] from the start S0 (S itself or another array);
         alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C]; o [n, HV, dv] or None (no read-out). The
         bits of ``ops.gated_delta_fast._heads``. Every array float32 and C-contiguous (checked: the C code
@@ -257,9 +257,13 @@ class NativeKernel:
             raise ValueError(f"delta_heads: S {S.shape}, S0 {S0.shape}, alphas {alphas.shape}, betas {betas.shape}, ks "
                              f"{ks.shape}, qs {qs.shape}, xs {xs.shape}, o {None if o is None else o.shape} do not "
                              f"describe one call (all float32 C-contiguous, S writable)")
-        rc = self._delta(S.ctypes.data, S0.ctypes.data, alphas.ctypes.data, betas.ctypes.data, ks.ctypes.data,
-                         qs.ctypes.data, xs.ctypes.data, 0 if o is None else o.ctypes.data, n, HV, HK, dk, dv,
-                         xs.shape[1], v0, int(o is not None), path)
+        if self.data_off >= 0:  # by object address, as matmul: .ctypes.data costs 1-3 us an array
+            rc = self._delta(id(S), id(S0), id(alphas), id(betas), id(ks), id(qs), id(xs), 0 if o is None else id(o), n,
+                             HV, HK, dk, dv, xs.shape[1], v0, int(o is not None), path, threads, self.data_off)
+        else:
+            rc = self._delta(S.ctypes.data, S0.ctypes.data, alphas.ctypes.data, betas.ctypes.data, ks.ctypes.data,
+                             qs.ctypes.data, xs.ctypes.data, 0 if o is None else o.ctypes.data, n, HV, HK, dk, dv,
+                             xs.shape[1], v0, int(o is not None), path, threads, -1)
         if rc:
             raise ValueError(f"delta_heads: the library refused the call (code {rc}: -2 arguments, -3 path {path} "
                              f"cannot run here)")
