@@ -91,3 +91,33 @@ def test_native_heads_refuse_what_describes_no_call():
         lib.delta_heads(S, S, ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 8, 7)
     with pytest.raises(ValueError, match="code -2"):  # no thread to run on
         lib.delta_heads(S, S, ok["alphas"], ok["betas"], ok["ks"], ok["qs"], ok["xs"], None, 8, DELTA_PATHS["avx2"], 0)
+
+
+@pytest.mark.parametrize("variant,path", PATHS)
+@settings(max_examples=6, deadline=None)
+@given(st.integers(1, 8), st.booleans(), st.integers(0, 2**16))
+def test_native_heads_on_the_pool_are_one_threads_bitwise(variant, path, n, apart, seed):
+    """A 0.8B layer's heads (16 of 128 x 128), big enough that the work rule hands them to the pool: 2 threads give
+    the bits of 1 and of numba, state and read-out; small calls stay on one thread."""
+    from onebit_engine.ops.gated_delta_fast import _heads
+
+    from onebit_engine.gemm.host_int.native import DELTA_PATHS
+
+    lib = _library(variant)
+    pid = DELTA_PATHS[path]
+    if not lib.delta_path_ok(pid):
+        pytest.skip(f"delta path {path} does not run on this CPU ({variant} library)")
+    hv, dk, dv = 16, 128, 128
+    assert lib.delta_threads(n, hv, dk, dv, 2) == 2 and lib.delta_threads(n, 2, 64, 64, 2) == 1
+    rng = np.random.default_rng(seed)
+    v0, C = 2 * hv * dk, 3 * hv * dk
+    f = lambda *s: (rng.standard_normal(s) / 8).astype(np.float32)  # noqa: E731
+    S0, ks, qs, xs = f(hv, dk, dv), f(n, hv, dk), f(n, hv, dk), f(n, C)
+    alphas, betas = rng.uniform(0.5, 1, (n, hv)).astype(np.float32), rng.uniform(0, 1, (n, hv)).astype(np.float32)
+    a, o_a = S0.copy(), np.zeros((n, hv, dv), np.float32)
+    _heads(a, alphas, betas, ks, qs, xs, o_a, 1, v0, True, a)
+    for threads in (1, 2):
+        src = S0.copy()
+        b, o_b = (np.empty_like(S0) if apart else src), np.zeros((n, hv, dv), np.float32)
+        lib.delta_heads(b, src, alphas, betas, ks, qs, xs, o_b, v0, pid, threads)
+        assert _same(a, b) and _same(o_a, o_b), threads

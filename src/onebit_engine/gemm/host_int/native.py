@@ -158,6 +158,8 @@ class NativeKernel:
         self._delta = lib.onebit_hi_delta_heads
         self._delta.argtypes = [p] * 8 + [i64] * 7 + [c_int, c_int, c_int, i64]
         self._delta.restype = c_int
+        lib.onebit_hi_delta_threads.argtypes = [i64, i64, i64, i64, c_int]
+        lib.onebit_hi_delta_threads.restype = c_int
         lib.onebit_hi_delta_path_ok.argtypes = [c_int]
         lib.onebit_hi_delta_path_ok.restype = c_int
         self.data_off = _array_data_offset()
@@ -241,6 +243,10 @@ class NativeKernel:
     def delta_path_ok(self, path: int) -> bool:
         """Whether delta path ``path`` (``DELTA_PATHS``) runs on this CPU (in the emulated library: its 16 lanes)."""
         return bool(self.lib.onebit_hi_delta_path_ok(path))
+
+    def delta_threads(self, n: int, HV: int, dk: int, dv: int, threads: int) -> int:
+        """The threads ``delta_heads`` takes for n rows of HV heads of dk x dv at most ``threads`` (its work rule)."""
+        return int(self.lib.onebit_hi_delta_threads(n, HV, dk, dv, threads))
 
     def delta_heads(self, S: np.ndarray, S0: np.ndarray, alphas: np.ndarray, betas: np.ndarray, ks: np.ndarray,
                     qs: np.ndarray, xs: np.ndarray, o: "np.ndarray | None", v0: int, path: int, threads: int = 1) -> None:
