@@ -22,13 +22,16 @@ static inline __m512i _mm512_setzero_si512(void) {
     return d;
 }
 
-static inline __m512i _mm512_loadu_si512(void const *mem_addr) {
-    __m512i d;
-    memcpy(&d, mem_addr, sizeof d);
-    return d;
-}
+/* unaligned load and store of a vector type T, as bytes */
+#define EMUL_LOAD_STORE(T, load, store)                                                  \
+    static inline T load(void const *mem_addr) {                                         \
+        T d;                                                                             \
+        memcpy(&d, mem_addr, sizeof d);                                                  \
+        return d;                                                                        \
+    }                                                                                    \
+    static inline void store(void *mem_addr, T a) { memcpy(mem_addr, &a, sizeof a); }
 
-static inline void _mm512_storeu_si512(void *mem_addr, __m512i a) { memcpy(mem_addr, &a, sizeof a); }
+EMUL_LOAD_STORE(__m512i, _mm512_loadu_si512, _mm512_storeu_si512)
 
 static inline __m512i _mm512_set1_epi32(int a) {
     __m512i d;
@@ -79,13 +82,7 @@ typedef struct {
     float f[16];
 } __m512;
 
-static inline __m512 _mm512_loadu_ps(void const *mem_addr) {
-    __m512 d;
-    memcpy(&d, mem_addr, sizeof d);
-    return d;
-}
-
-static inline void _mm512_storeu_ps(void *mem_addr, __m512 a) { memcpy(mem_addr, &a, sizeof a); }
+EMUL_LOAD_STORE(__m512, _mm512_loadu_ps, _mm512_storeu_ps)
 
 static inline __m512 _mm512_set1_ps(float a) {
     __m512 d;

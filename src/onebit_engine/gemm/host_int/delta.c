@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "numpy_data.h"
+
 typedef struct {
     float *S;                 /* [dk, dv] this head's state, written */
     const float *S0;          /* [dk, dv] the state it starts from (S itself, or a snapshot: only read) */
@@ -142,11 +144,7 @@ int onebit_hi_vnni_emulated(void);   /* vnni.c */
 
 /* 1 if delta path `path` (1: 16 lanes, AVX-512F or its emulation; 0: 8 lanes, AVX2) runs here. */
 int onebit_hi_delta_path_ok(int path) {
-    /* cached like onebit_hi_path_ok's (a race only recomputes the same value): cpuid leaves the VM on every
-     * call, ~12 us a call here, which a 0.8B plain step paid 18 times */
-    static unsigned f = ~0u;
-    if (f == ~0u) f = onebit_hi_cpu_flags();
-    const unsigned ymm = 1u | 2u | 4u | 16u; /* osxsave, avx, xcr0 ymm, avx2 */
+    const unsigned f = onebit_hi_cpu_flags(), ymm = 1u | 2u | 4u | 16u; /* osxsave, avx, xcr0 ymm, avx2 */
 #ifdef ONEBIT_HI_EMULATE_AVX512
     return path == 1 && (f & ymm) == ymm;
 #else
@@ -156,24 +154,18 @@ int onebit_hi_delta_path_ok(int path) {
 #endif
 }
 
-/* One value head: a job of the team (onebit_hi_team in kernel.c). */
+/* One value head: a job of the team (onebit_hi_team in kernel.c), one job function per path. */
 typedef struct {
     delta_head_t J;
     float *mem; /* dv floats of its own: row 0's reads */
-    int path;
 } delta_job_t;
 
 void onebit_hi_team(void (*fn)(void *), void *jobs, size_t job_size, int njobs, int t); /* kernel.c */
 
-static void delta_job(void *p) {
-    const delta_job_t *d = (const delta_job_t *)p;
-#ifdef ONEBIT_HI_EMULATE_AVX512
-    head16(&d->J, d->mem);
-#else
-    if (d->path == 1) head16(&d->J, d->mem);
-    else head8(&d->J, d->mem);
+static void job16(void *p) { head16(&((delta_job_t *)p)->J, ((delta_job_t *)p)->mem); }
+#ifndef ONEBIT_HI_EMULATE_AVX512
+static void job8(void *p) { head8(&((delta_job_t *)p)->J, ((delta_job_t *)p)->mem); }
 #endif
-}
 
 /* Threads for a call, like the GEMM's rule (kernel.c, threads_for): more than one only when each gets ~50 us of
  * work. Work in ns, from one head on Zen 4: ~0.45 ns an element of the state for the first row, ~0.12 for each
@@ -192,25 +184,19 @@ int onebit_hi_delta_threads(int64_t n, int64_t HV, int64_t dk, int64_t dv, int t
     return delta_threads(n, HV, dk, dv, threads);
 }
 
-/* The data pointer of argument p: p itself, or, when data_off >= 0, the pointer a numpy array object at p keeps at
- * that offset (no per-call ctypes objects, as for onebit_hi_matmul; native.py checks the offset once). */
-static void *arg_data(const char *p, int64_t data_off) {
-    return data_off >= 0 && p ? *(void *const *)(p + data_off) : (void *)p;
-}
-
 /* Advance S [HV, dk, dv] by rows 0..n-1 from the start state S0 (S itself, or a snapshot only read); value
  * head h reads key head h / (HV / HK). alphas, betas [n, HV]; ks, qs [n, HK, dk]; xs [n, C] (head h's v at
  * columns v0 + h dv); with read_out, o [n, HV, dv] gets each row's q^T S after its write. All C-contiguous
- * float32; each passed as its data pointer, or as a numpy array object when data_off >= 0 (arg_data). The heads
+ * float32; each passed as its data pointer, or as a numpy array object when data_off >= 0 (numpy_data.h). The heads
  * are independent jobs on up to `threads` threads of the GEMM pool (same bits for any count). Returns 0; -2 for
  * arguments that describe no such call; -3 if `path` cannot run here; -4 out of memory. */
 int onebit_hi_delta_heads(char *S_, const char *S0_, const char *alphas_, const char *betas_, const char *ks_,
                           const char *qs_, const char *xs_, char *o_, int64_t n, int64_t HV, int64_t HK, int64_t dk,
                           int64_t dv, int64_t C, int64_t v0, int read_out, int path, int threads, int64_t data_off) {
-    float *S = (float *)arg_data(S_, data_off), *o = (float *)arg_data(o_, data_off);
-    const float *S0 = (const float *)arg_data(S0_, data_off), *alphas = (const float *)arg_data(alphas_, data_off),
-                *betas = (const float *)arg_data(betas_, data_off), *ks = (const float *)arg_data(ks_, data_off),
-                *qs = (const float *)arg_data(qs_, data_off), *xs = (const float *)arg_data(xs_, data_off);
+    float *S = (float *)numpy_data(S_, data_off), *o = (float *)numpy_data(o_, data_off);
+    const float *S0 = (const float *)numpy_data(S0_, data_off), *alphas = (const float *)numpy_data(alphas_, data_off),
+                *betas = (const float *)numpy_data(betas_, data_off), *ks = (const float *)numpy_data(ks_, data_off),
+                *qs = (const float *)numpy_data(qs_, data_off), *xs = (const float *)numpy_data(xs_, data_off);
     if (!S || !S0 || n < 0 || HV < 1 || HK < 1 || HV % HK || dk < 1 || dv < 1 || v0 < 0 || v0 + HV * dv > C ||
         threads < 1 || (n && (!alphas || !betas || !ks || !qs || !xs)) || (n && read_out && !o))
         return -2;
@@ -233,9 +219,13 @@ int onebit_hi_delta_heads(char *S_, const char *S0_, const char *alphas_, const 
                           xs + v0 + h * dv, read_out ? o + h * dv : 0, n, dk, dv, HV, HK * dk, C, HV * dv, read_out};
         jobs[h].J = J;
         jobs[h].mem = mem + h * dv;
-        jobs[h].path = path;
     }
-    onebit_hi_team(delta_job, jobs, sizeof(delta_job_t), (int)(HV > INT32_MAX ? INT32_MAX : HV),
+#ifdef ONEBIT_HI_EMULATE_AVX512
+    void (*job)(void *) = job16;
+#else
+    void (*job)(void *) = path == 1 ? job16 : job8;
+#endif
+    onebit_hi_team(job, jobs, sizeof(delta_job_t), (int)(HV > INT32_MAX ? INT32_MAX : HV),
                    delta_threads(n, HV, dk, dv, threads));
     free(jobs);
     free(mem);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "numpy_data.h"
 #include "quant.h"
 #include "tiles.h"
 
@@ -80,7 +81,18 @@ static uint32_t xcr0_low(void) {
     return lo;
 }
 
+static unsigned read_cpu_flags(void);
+
+/* The CPU's feature bits, read once: on a VM each cpuid leaves the guest (~12 us for the leaves below, which
+ * delta.c's per-call check paid on every call of a step until it was cached here). A race only reads the same
+ * value twice. */
 unsigned onebit_hi_cpu_flags(void) {
+    static unsigned flags = ~0u;
+    if (flags == ~0u) flags = read_cpu_flags();
+    return flags;
+}
+
+static unsigned read_cpu_flags(void) {
     unsigned a, b, c, d, f = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     if (c & (1u << 27)) f |= CPU_OSXSAVE;
@@ -111,8 +123,7 @@ void onebit_hi_cpu_regs(uint32_t out[4]) {
 
 /* 1 if `path` can run here. The emulated VNNI library runs its path wherever AVX2 runs. */
 int onebit_hi_path_ok(int path) {
-    static unsigned flags = ~0u; /* cached; a race only recomputes the same value */
-    if (flags == ~0u) flags = onebit_hi_cpu_flags();
+    const unsigned flags = onebit_hi_cpu_flags();
     if (path == PATH_AVX2) return (flags & NEED_AVX2) == NEED_AVX2;
     if (path == PATH_VNNI) {
         unsigned need = onebit_hi_vnni_emulated() ? NEED_AVX2 : NEED_VNNI;
@@ -239,12 +250,9 @@ static void run_all(job_t *base, int64_t tiles, int threads) {
 void onebit_hi_team(void (*fn)(void *), void *jobs, size_t job_size, int njobs, int t) {
     if (t > MAX_THREADS) t = MAX_THREADS;
     if (t > njobs) t = njobs;
-    if (t <= 1) {
-        for (int i = 0; i < njobs; i++) fn((char *)jobs + (size_t)i * job_size);
-        return;
-    }
     team_t team = {fn, (char *)jobs, job_size, njobs, 0};
-    team_run(&team, t);
+    if (t <= 1) team_work(&team);
+    else team_run(&team, t);
 }
 
 /* For the tests: the threads and jobs a call of m rows would use, out = {threads, jobs, tiles of job 0,
@@ -383,8 +391,8 @@ int onebit_hi_matmul_many(const hi_weight_t *const *W, const char *const *x, con
     job_t jobs[MAX_JOBS];
     int nj = 0;
     for (int i = 0; i < count; i++) {
-        const float *xp = data_off >= 0 ? *(const float *const *)(x[i] + data_off) : (const float *)x[i];
-        float *yp = data_off >= 0 ? *(float **)(y[i] + data_off) : (float *)y[i];
+        const float *xp = (const float *)numpy_data(x[i], data_off);
+        float *yp = (float *)numpy_data(y[i], data_off);
         int8_t *xs = (int8_t *)(buf + off[i]);
         if (place_rows(W[i], xp, NULL, m[i], xs, q, rowcorr + i * MAX_ROWS, sa + i * MAX_ROWS)) return -16 - i;
         job_t base = {W[i], path_fn(W[i]), m[i], W[i]->steps > 0 ? W[i]->steps : 1, TILE_W[W[i]->path],
@@ -409,8 +417,8 @@ int onebit_hi_matmul_many(const hi_weight_t *const *W, const char *const *x, con
  * that offset of the object: no per-call ctypes objects, see native.py), else plain pointers. */
 int onebit_hi_matmul(const hi_weight_t *W, const char *x, int64_t m, char *y, int threads, int64_t kb,
                      int64_t data_off) {
-    const float *xp = data_off >= 0 ? *(const float *const *)(x + data_off) : (const float *)x;
-    float *yp = data_off >= 0 ? *(float **)(y + data_off) : (float *)y;
+    const float *xp = (const float *)numpy_data(x, data_off);
+    float *yp = (float *)numpy_data(y, data_off);
     return run(W, xp, NULL, m, yp, NULL, threads, kb);
 }
 

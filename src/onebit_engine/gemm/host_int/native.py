@@ -32,7 +32,7 @@ from .layout import FORMAT_IDS, PATH_IDS, TiledWeight
 
 HERE = Path(__file__).parent
 SOURCES = tuple(HERE / f for f in ("kernel.c", "avx2.c", "vnni.c", "repack.c", "delta.c"))
-HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h", "delta_body.h"))
+HEADERS = tuple(HERE / f for f in ("tiles.h", "quant.h", "pool.h", "avx512_emul.h", "delta_body.h", "numpy_data.h"))
 FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-lpthread")
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
 ABI_VERSION = 6
@@ -263,13 +263,10 @@ class NativeKernel:
             raise ValueError(f"delta_heads: S {S.shape}, S0 {S0.shape}, alphas {alphas.shape}, betas {betas.shape}, ks "
                              f"{ks.shape}, qs {qs.shape}, xs {xs.shape}, o {None if o is None else o.shape} do not "
                              f"describe one call (all float32 C-contiguous, S writable)")
-        if self.data_off >= 0:  # by object address, as matmul: .ctypes.data costs 1-3 us an array
-            rc = self._delta(id(S), id(S0), id(alphas), id(betas), id(ks), id(qs), id(xs), 0 if o is None else id(o), n,
-                             HV, HK, dk, dv, xs.shape[1], v0, int(o is not None), path, threads, self.data_off)
-        else:
-            rc = self._delta(S.ctypes.data, S0.ctypes.data, alphas.ctypes.data, betas.ctypes.data, ks.ctypes.data,
-                             qs.ctypes.data, xs.ctypes.data, 0 if o is None else o.ctypes.data, n, HV, HK, dk, dv,
-                             xs.shape[1], v0, int(o is not None), path, threads, -1)
+        off = self.data_off  # by object address where it can (numpy_data.h), as matmul
+        a = id if off >= 0 else (lambda x: x.ctypes.data)
+        rc = self._delta(a(S), a(S0), a(alphas), a(betas), a(ks), a(qs), a(xs), 0 if o is None else a(o), n, HV, HK, dk, dv,
+                         xs.shape[1], v0, int(o is not None), path, threads, off)
         if rc:
             raise ValueError(f"delta_heads: the library refused the call (code {rc}: -2 arguments, -3 path {path} "
                              f"cannot run here)")
