@@ -112,7 +112,7 @@ def _mutate(mp: pytest.MonkeyPatch, mutation: str) -> None:
     if mutation == "delta-rule-sign":
         mp.setattr(gated_delta, "delta_rule_step", _negated_update)
     elif mutation == "rmsnorm-no-centring":  # x / rms(x) * w instead of * (1 + w)
-        uncentred = lambda x, w, eps: rms_norm_zc(x, w - np.float32(1.0), eps)  # noqa: E731
+        uncentred = lambda x, w, eps, threads=1: rms_norm_zc(x, w - np.float32(1.0), eps)  # noqa: E731
         mp.setattr(target_ops, "rms_norm_zc", uncentred)  # the q/k norms of the numpy attention
         mp.setattr(target_ops, "NUMPY_OPS", dataclasses.replace(target_ops.NUMPY_OPS, norm=uncentred))  # layer + final
     elif mutation == "rope-full-rotary":  # partial_rotary_factor ignored: every dim rotated

@@ -23,6 +23,12 @@ from .state import GDNLayerState, TargetState
 F32 = np.float32
 
 
+def backend_threads(linear) -> int:
+    """The threads of a projection's GEMM backend, read at each call (a benchmark changes them between runs):
+    the row-independent ops and the delta rule's heads take the same cores, whose pool waits between GEMMs."""
+    return int(getattr(linear.backend, "threads", 1))
+
+
 class GatedDeltaNet:
     """Linear-attention mixer. Shapes: h [R, D] -> [R, D] (R = row set, first n rows real).
 
@@ -61,9 +67,7 @@ class GatedDeltaNet:
                                                threads=self._threads()))
 
     def _threads(self) -> int:
-        """The heads' threads: the GEMM backend's, read at each call (a benchmark changes it between runs); its
-        pool's workers wait between the GEMM calls, so the heads take the same cores."""
-        return int(getattr(self.in_proj.backend, "threads", 1))
+        return backend_threads(self.in_proj)
 
     def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray, *,
                in_place: bool = False) -> GDNLayerState:
@@ -106,7 +110,7 @@ class DenseMLP:
         self.ops = ops
 
     def __call__(self, h, n: int = 0):  # n (the real rows) matters to the sparse block only
-        return self.down(self.ops.silu_mul(self.gate_up(h)))  # gate_up: [R, 2 * I]
+        return self.down(self.ops.silu_mul(self.gate_up(h), threads=backend_threads(self.down)))  # gate_up: [R, 2I]
 
 
 class DecoderLayer:
@@ -127,7 +131,12 @@ class DecoderLayer:
         self.post_norm = np.ascontiguousarray(w[p + "post_attention_layernorm.weight"], dtype=F32)
         self.eps = cfg.rms_norm_eps
         self.norm = ops.norm
+        self._proj = self.mixer.in_proj if self.kind == "linear_attention" else self.mixer.qkv_proj  # its threads
+
+    def threads(self) -> int:
+        return backend_threads(self._proj)
 
     def __call__(self, x: np.ndarray, n: int, state: TargetState) -> np.ndarray:
-        x = x + self.mixer(self.norm(x, self.in_norm, self.eps), n, state)
-        return x + self.mlp(self.norm(x, self.post_norm, self.eps), n)
+        t = self.threads()
+        x = x + self.mixer(self.norm(x, self.in_norm, self.eps, threads=t), n, state)
+        return x + self.mlp(self.norm(x, self.post_norm, self.eps, threads=t), n)

@@ -66,7 +66,7 @@ class Target:
                        for i in range(config.num_hidden_layers)]
 
     def final_norm(self, x: np.ndarray) -> np.ndarray:
-        return self.ops.norm(x, self.norm_weight, self.config.rms_norm_eps)
+        return self.ops.norm(x, self.norm_weight, self.config.rms_norm_eps, threads=int(getattr(self.backend, "threads", 1)))
 
     def new_state(self) -> TargetState:
         return TargetState([layer.mixer.new_state() for layer in self.layers])

@@ -27,6 +27,7 @@ from ..ops.moe import combine_numpy, route_rows_numpy
 from ..ops.moe_fast import combine as combine_fast, route_rows as route_rows_fast
 from ..ops.norm import gated_rms_norm, rms_norm_zc, sigmoid, silu, softplus
 from ..ops.norm_fast import rms_norm_rows, silu_mul
+from ..ops.row_jobs import RowJobs
 from ..ops.op_sets import resolve_ops_name
 from ..ops.rope import apply_rope, cos_sin
 from .delta_native import NativeDelta, native_delta
@@ -83,8 +84,10 @@ class TargetOps:
     """One op table. ``gdn_rows`` and ``attention_rows`` advance the layer state they are given by n rows."""
 
     name: str
-    norm: Callable[[np.ndarray, np.ndarray, float], np.ndarray]  # x [R, D], w [D], eps -> [R, D]
-    silu_mul: Callable[[np.ndarray], np.ndarray]  # [gate | up] [R, 2I] -> silu(gate) * up [R, I]
+    # norm and silu_mul also take ``threads=`` (as the delta-net ops, below): only the delta.c table uses more
+    # than one, each row a job (``ops.row_jobs``), so the bits do not depend on it
+    norm: Callable[..., np.ndarray]  # x [R, D], w [D], eps -> [R, D]
+    silu_mul: Callable[..., np.ndarray]  # [gate | up] [R, 2I] -> silu(gate) * up [R, I]
     # proj [R, C + HV*dv + 2*HV], n, state, params, rows to record (a verify) or None, and the state to
     # start from when it is not ``state`` (a verify's first call: its snapshot, only read; ``state`` is then a
     # buffer to write, its old contents unused) or None -> [R, HV*dv]. Both delta-net ops also take ``threads=``:
@@ -105,7 +108,11 @@ class TargetOps:
 
 
 # -- the numpy twins ------------------------------------------------------------------------------
-def silu_mul_numpy(y: np.ndarray) -> np.ndarray:
+def norm_numpy(x: np.ndarray, weight: np.ndarray, eps: float, threads: int = 1) -> np.ndarray:
+    return rms_norm_zc(x, weight, eps)
+
+
+def silu_mul_numpy(y: np.ndarray, threads: int = 1) -> np.ndarray:
     gate, up = cut(y, (0, y.shape[1] // 2))
     return silu(gate) * up
 
@@ -160,18 +167,18 @@ def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> n
     return y
 
 
-NUMPY_OPS = TargetOps("numpy", rms_norm_zc, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy,
+NUMPY_OPS = TargetOps("numpy", norm_numpy, silu_mul_numpy, gdn_rows_numpy, gdn_replay_numpy, attention_rows_numpy,
                       combine_numpy, route_rows_numpy, "numpy")
 
 
 # -- the compiled table: thin wrappers that allocate the outputs ------------------------------------
-def norm_numba(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+def norm_numba(x: np.ndarray, weight: np.ndarray, eps: float, threads: int = 1) -> np.ndarray:
     out = np.empty_like(x)
     rms_norm_rows(x, weight, F32(eps), True, out)
     return out
 
 
-def silu_mul_numba(y: np.ndarray) -> np.ndarray:
+def silu_mul_numba(y: np.ndarray, threads: int = 1) -> np.ndarray:
     out = np.empty((y.shape[0], y.shape[1] // 2), F32)
     silu_mul(y, out)
     return out
@@ -229,7 +236,16 @@ NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_r
 # -- the compiled table with the delta rule's heads in delta.c (hybrid/delta_native.py) -------------
 def native_delta_ops(nd: NativeDelta) -> TargetOps:
     """``NUMBA_OPS`` with the mixer's and the replay's heads on ``nd``: numba before and after them (the gates,
-    the conv, the gated norm), delta.c between - the bits of ``NUMBA_OPS`` (tests/ops/test_delta_native.py)."""
+    the conv, the gated norm), delta.c between - the bits of ``NUMBA_OPS`` (tests/ops/test_delta_native.py).
+    The row-independent ops run a job a row on the same library's pool (``ops.row_jobs``) when ``threads`` > 1
+    and the work pays for the threads - the same bits again."""
+    rows = RowJobs(nd.lib.team, nd.lib.data_off)
+
+    def norm(x: np.ndarray, weight: np.ndarray, eps: float, threads: int = 1) -> np.ndarray:
+        return rows.norm(x, weight, eps, True, threads)
+
+    def silu_mul(y: np.ndarray, threads: int = 1) -> np.ndarray:
+        return rows.silu_mul(y, threads)
 
     def gdn_rows(proj, n, st: GDNLayerState, p: GDNParams, rec: RecordedRows | None,
                  src: GDNLayerState | None = None, threads: int = 1) -> np.ndarray:
@@ -238,12 +254,14 @@ def native_delta_ops(nd: NativeDelta) -> TargetOps:
         start = _mixer_start(st, src)
         rec = rec if rec is not None else RecordedRows.none(st)
         HV, dv = p.n_v_heads, p.dv
-        xs, qs, ks, alphas, betas = gdn_mixer_prep(proj, n, st.conv, p.conv_weight, p.neg_A, p.dt_bias, p.n_k_heads,
-                                                   p.dk, dv, HV, rec.mixed, rec.alpha, rec.beta, rec.conv)
+        args = (proj, n, st.conv, p.conv_weight, p.neg_A, p.dt_bias, p.n_k_heads, p.dk, dv, HV, rec.mixed, rec.alpha,
+                rec.beta)
+        pre = None if rec.conv.shape[0] else rows.mixer_prep(*args, threads)  # per-row conv states: the row loop
+        xs, qs, ks, alphas, betas = pre if pre is not None else gdn_mixer_prep(*args, rec.conv)
         o = np.empty((n, HV, dv), F32)
         nd.lib.delta_heads(st.recurrent, start, alphas, betas, ks, qs, xs, o, 2 * p.n_k_heads * p.dk, nd.path, threads)
         out = np.empty((proj.shape[0], HV * dv), F32)
-        gdn_mixer_finish(proj, n, o, p.norm_weight, p.eps, st.conv.shape[0], out)
+        rows.mixer_finish(proj, n, o, p.norm_weight, p.eps, st.conv.shape[0], out, threads)
         return out
 
     def gdn_replay(st: GDNLayerState, mixed, alpha, beta, p: GDNParams, threads: int = 1) -> None:
@@ -253,7 +271,7 @@ def native_delta_ops(nd: NativeDelta) -> TargetOps:
                            np.ascontiguousarray(beta, dtype=F32), ks, qs, xs, None, 2 * p.n_k_heads * p.dk, nd.path,
                            threads)
 
-    return TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows, gdn_replay, attention_rows_numba, combine_fast,
+    return TargetOps("numba", norm, silu_mul, gdn_rows, gdn_replay, attention_rows_numba, combine_fast,
                      route_rows_fast, nd.name)
 
 

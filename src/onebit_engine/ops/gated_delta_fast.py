@@ -84,13 +84,18 @@ def _conv4_flat(conv, mixed, w, x):
 def _prep(conv, mixed, w, n_k_heads, dk, x, q, k):
     """A token's conv (+ SiLU) and l2-normed, scaled q and k, in place. Shapes: conv [C, K-1] is advanced;
     mixed [C]; w [C, K]; x [C] (the conv output: q | k | v channels), q, k [n_k_heads, dk] are written."""
-    C = conv.shape[0]
-    key_dim = n_k_heads * dk
-    one = np.float32(1.0)
     if w.shape[1] == 4:
         _conv4(conv, mixed, w, x)
     else:
         _conv(conv, mixed, w, x)
+    _silu_qk(x, n_k_heads, dk, q, k)
+
+
+def _silu_qk(x, n_k_heads, dk, q, k):
+    """:func:`_prep` after the conv: the SiLU of x [C] in place, then q, k [n_k_heads, dk] l2-normed (q scaled)."""
+    C = x.shape[0]
+    key_dim = n_k_heads * dk
+    one = np.float32(1.0)
     for c in range(C):  # channels innermost: they vectorize
         a = x[c]
         x[c] = a * (one / (one + expf(-a)))  # silu
@@ -255,6 +260,76 @@ def _token_copy(conv_state, S, mixed, alpha, beta, w, n_k_heads, dk, dv):
     return o, conv, S2
 
 
+def _gates(proj, t, b0, neg_A, dt_bias, alpha, beta):
+    """Row t's gates from its in_proj columns b | a (from column b0): beta = sigmoid(b), alpha =
+    exp(-A * softplus(a + dt_bias)). alpha, beta [HV] are written."""
+    HV = alpha.shape[0]
+    one = np.float32(1.0)
+    for h in range(HV):
+        b = proj[t, b0 + h]
+        beta[h] = one / (one + expf(-b))
+        a = proj[t, b0 + HV + h] + dt_bias[h]
+        sp = a if a > np.float32(20.0) else np.float32(np.log1p(expf(a)))  # torch softplus, threshold 20
+        alpha[h] = expf(neg_A[h] * sp)
+
+
+def _conv4_taps(t0, t1, t2, mixed, w, x):
+    """:func:`_conv4`'s output for one token from its three taps given as arrays [C] (oldest first): the same
+    operations in the same order, no state to advance (:func:`_mixer_prep_row`). w [C, 4] C-contiguous, read
+    flat (a constant stride: it vectorizes, see :func:`_conv4_flat`)."""
+    C = x.shape[0]
+    wf = w.reshape(C * 4)
+    for c in range(C):
+        v = wf[4 * c + 3] * mixed[c]
+        v = v + wf[4 * c] * t0[c]
+        v = v + wf[4 * c + 1] * t1[c]
+        v = v + wf[4 * c + 2] * t2[c]
+        x[c] = v
+
+
+def _conv4_head(conv0):
+    """The inputs before a call as rows: conv0 [C, 3] -> head [3, C] (head[3 + s] is row s < 0)."""
+    C = conv0.shape[0]
+    head = np.empty((3, C), np.float32)
+    for c in range(C):
+        for j in range(3):
+            head[j, c] = conv0[c, j]
+    return head
+
+
+def _tap(proj, head, s):
+    """The conv input at row s of a call: proj's row s, or (s < 0) head[3 + s] (:func:`_conv4_head`)."""
+    return proj[s, :head.shape[1]] if s >= 0 else head[3 + s]
+
+
+def _mixer_prep_row(proj, t, head, w, neg_A, dt_bias, n_k_heads, dk, dv, xs, qs, ks, alphas, betas, rec_mixed,
+                    rec_alpha, rec_beta):
+    """Row t of :func:`_mixer_prep` (kernel size 4) on its own: its conv taps read from proj's earlier rows
+    or head (the state before the call as rows, :func:`_conv4_head`) instead of a state advanced row by row,
+    so rows can run on different threads; the same operations on the same values - the same bits. The
+    caller advances the state (:func:`_conv4_advance`). w [C, 4] C-contiguous."""
+    C = head.shape[1]
+    HV = alphas.shape[1]
+    _gates(proj, t, C + HV * dv, neg_A, dt_bias, alphas[t], betas[t])
+    _conv4_taps(_tap(proj, head, t - 3), _tap(proj, head, t - 2), _tap(proj, head, t - 1), proj[t, :C], w, xs[t])
+    _silu_qk(xs[t], n_k_heads, dk, qs[t], ks[t])
+    if rec_mixed.shape[0]:
+        for c in range(C):
+            rec_mixed[t, c] = proj[t, c]
+        for h in range(HV):
+            rec_alpha[t, h] = alphas[t, h]
+            rec_beta[t, h] = betas[t, h]
+
+
+def _conv4_advance(conv, proj, n):
+    """The kernel-size-4 conv state after rows 0..n-1 of proj, in place: its columns the last three inputs."""
+    C = conv.shape[0]
+    for j in range(3):
+        s = n - 3 + j
+        for c in range(C):
+            conv[c, j] = proj[s, c] if s >= 0 else conv[c, 3 + s]
+
+
 def _mixer_prep(proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, dv, HV, rec_mixed, rec_alpha, rec_beta, ck_conv):
     """The part of :func:`_mixer_rows` before the delta rule: each row's gates and its conv (row by row: the
     conv window is sequential), advancing conv. Shapes as there. -> xs [n, C] (conv output), qs, ks
@@ -268,12 +343,7 @@ def _mixer_prep(proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, dv, HV, rec_mix
     alphas = np.empty((n, HV), np.float32)
     betas = np.empty((n, HV), np.float32)
     for t in range(n):
-        for h in range(HV):
-            b = proj[t, C + zd + h]
-            betas[t, h] = one / (one + expf(-b))
-            a = proj[t, C + zd + HV + h] + dt_bias[h]
-            sp = a if a > np.float32(20.0) else np.float32(np.log1p(expf(a)))  # torch softplus, threshold 20
-            alphas[t, h] = expf(neg_A[h] * sp)
+        _gates(proj, t, C + zd, neg_A, dt_bias, alphas[t], betas[t])
         _prep(conv, proj[t, :C], w, n_k_heads, dk, xs[t], qs[t], ks[t])
         if rec_mixed.shape[0]:
             rec_mixed[t] = proj[t, :C]
@@ -382,7 +452,14 @@ if nb is not None:
         _conv4_by_layout(conv, mixed, w, x)
 
     _conv4 = _jit(_conv4)
+    _silu_qk = _jit(_silu_qk)
     _prep = _jit(_prep)
+    _gates = _jit(_gates)
+    _conv4_taps = _jit(_conv4_taps)
+    _tap = _jit(_tap)
+    gdn_conv4_head = _conv4_head = _jit(_conv4_head)
+    gdn_mixer_prep_row = _mixer_prep_row = _jit(_mixer_prep_row)
+    gdn_conv4_advance = _conv4_advance = _jit(_conv4_advance)
     _head = _jit(_head)
     _head_rows = _jit(_head_rows)
     _heads = _jit(_heads)
@@ -395,4 +472,5 @@ if nb is not None:
     gdn_replay_fast = _jit(_replay)
 else:
     gdn_token_fast = gdn_mixer_rows = gdn_replay_fast = gdn_mixer_prep = gdn_mixer_finish = gdn_replay_prep = None
+    gdn_mixer_prep_row = gdn_conv4_advance = gdn_conv4_head = None
 

@@ -162,6 +162,9 @@ class NativeKernel:
         lib.onebit_hi_delta_threads.restype = c_int
         lib.onebit_hi_delta_path_ok.argtypes = [c_int]
         lib.onebit_hi_delta_path_ok.restype = c_int
+        self._team = lib.onebit_hi_team
+        self._team.argtypes = [p, p, ctypes.c_size_t, c_int, c_int]
+        self._team.restype = None
         self.data_off = _array_data_offset()
 
     def cpu_flags(self) -> dict[str, bool]:
@@ -239,6 +242,13 @@ class NativeKernel:
         if rc < 0:
             raise ValueError(f"read_stream: bad arguments (threads={threads})")
         return rc
+
+    def team(self, fn: int, jobs: int, njobs: int, threads: int) -> None:
+        """Run ``fn(jobs + 8 * i)`` for i < njobs on ``threads`` of the pool (``fn``: a C function of one pointer,
+        each job one int64 word; ``ops.row_jobs``). The caller keeps the jobs and what they point to alive."""
+        if njobs < 1 or threads < 1:
+            raise ValueError(f"team: {njobs} jobs on {threads} threads (both must be >= 1)")
+        self._team(fn, jobs, 8, njobs, threads)
 
     def delta_path_ok(self, path: int) -> bool:
         """Whether delta path ``path`` (``DELTA_PATHS``) runs on this CPU (in the emulated library: its 16 lanes)."""
