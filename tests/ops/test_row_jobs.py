@@ -131,7 +131,7 @@ def test_a_target_verify_with_row_jobs_is_the_numba_tables_bits(jobs, monkeypatc
         st = t.new_state()
         t.forward([3, 1, 4, 1, 5], st)
         v = t.verify([9, 2, 6, 5, 3, 5], st)
-        t.commit(st, 4)
+        t.commit(st, 4)  # a partial accept: the replay
         s = t.forward([8], st)
         outs[name] = (v.logits, v.hidden, s.logits, st.layers[0].recurrent, st.layers[0].conv)
     assert all(same(a, b) for a, b in zip(outs["numba"], outs["native"]))

@@ -302,17 +302,24 @@ def _tap(proj, head, s):
     return proj[s, :head.shape[1]] if s >= 0 else head[3 + s]
 
 
+def _conv_row(src, t, head, w, n_k_heads, dk, xs, qs, ks):
+    """Row t's conv (kernel size 4) + SiLU + q/k norms on its own: its taps read from src's earlier rows or from
+    head (the state before the call as rows, :func:`_conv4_head`) instead of a state advanced row by row, so
+    rows can run on different threads; the same operations on the same values as :func:`_prep` - the same bits.
+    src [>= t + 1, >= C]: the conv inputs (a mixer's proj, a replay's mixed); w [C, 4] C-contiguous."""
+    C = head.shape[1]
+    _conv4_taps(_tap(src, head, t - 3), _tap(src, head, t - 2), _tap(src, head, t - 1), src[t, :C], w, xs[t])
+    _silu_qk(xs[t], n_k_heads, dk, qs[t], ks[t])
+
+
 def _mixer_prep_row(proj, t, head, w, neg_A, dt_bias, n_k_heads, dk, dv, xs, qs, ks, alphas, betas, rec_mixed,
                     rec_alpha, rec_beta):
-    """Row t of :func:`_mixer_prep` (kernel size 4) on its own: its conv taps read from proj's earlier rows
-    or head (the state before the call as rows, :func:`_conv4_head`) instead of a state advanced row by row,
-    so rows can run on different threads; the same operations on the same values - the same bits. The
-    caller advances the state (:func:`_conv4_advance`). w [C, 4] C-contiguous."""
+    """Row t of :func:`_mixer_prep` on its own (:func:`_conv_row`); the caller advances the conv state
+    (:func:`_conv4_advance`)."""
     C = head.shape[1]
     HV = alphas.shape[1]
     _gates(proj, t, C + HV * dv, neg_A, dt_bias, alphas[t], betas[t])
-    _conv4_taps(_tap(proj, head, t - 3), _tap(proj, head, t - 2), _tap(proj, head, t - 1), proj[t, :C], w, xs[t])
-    _silu_qk(xs[t], n_k_heads, dk, qs[t], ks[t])
+    _conv_row(proj, t, head, w, n_k_heads, dk, xs, qs, ks)
     if rec_mixed.shape[0]:
         for c in range(C):
             rec_mixed[t, c] = proj[t, c]
@@ -322,7 +329,8 @@ def _mixer_prep_row(proj, t, head, w, neg_A, dt_bias, n_k_heads, dk, dv, xs, qs,
 
 
 def _conv4_advance(conv, proj, n):
-    """The kernel-size-4 conv state after rows 0..n-1 of proj, in place: its columns the last three inputs."""
+    """The kernel-size-4 conv state after rows 0..n-1 of proj (or a replay's mixed), in place: its columns the
+    last three inputs."""
     C = conv.shape[0]
     for j in range(3):
         s = n - 3 + j
@@ -457,6 +465,7 @@ if nb is not None:
     _gates = _jit(_gates)
     _conv4_taps = _jit(_conv4_taps)
     _tap = _jit(_tap)
+    _conv_row = _jit(_conv_row)
     gdn_conv4_head = _conv4_head = _jit(_conv4_head)
     gdn_mixer_prep_row = _mixer_prep_row = _jit(_mixer_prep_row)
     gdn_conv4_advance = _conv4_advance = _jit(_conv4_advance)

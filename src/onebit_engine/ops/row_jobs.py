@@ -1,8 +1,9 @@
 """Row-independent compiled ops as jobs on the host-int library's thread pool (``onebit_hi_team``).
 
 A verify's rows are independent outside the GEMMs and the delta rule's recurrence: the RMSNorms, the SwiGLU
-gate, the delta-net's gates, conv and q/k norms (``gated_delta_fast._mixer_prep_row``: a row's conv taps read
-from the rows before it, not from a state advanced row by row) and its gated norm. Each op here is a numba
+gate, the delta-net's gates, conv and q/k norms (``gated_delta_fast._conv_row``: a row's conv taps read from
+the rows before it, not from a state advanced row by row) and its gated norm. A commit's replay (its conv, a
+few rows) stays on one thread: on the pool it was no faster (27B 1.00x, 0.8B 1.04x a commit of 4 rows). Each op here is a numba
 ``cfunc`` that runs one row by calling the very function the one-thread path runs on that row, so a row's bits
 do not depend on the threads or on which thread ran it (tests/ops/test_row_jobs.py). On 2 cores a verify of
 8 rows spent ~45 ms of a 27B round in these ops on one thread.
