@@ -20,7 +20,7 @@ from ..errors import StateError
 from ..ops.attention import attend_row
 from ..ops.attention_fast import attention_rows
 from ..ops.gated_delta import gdn_token
-from ..ops.gated_delta_fast import (gdn_mixer_finish, gdn_mixer_prep, gdn_mixer_rows, gdn_replay_fast,
+from ..ops.gated_delta_fast import (gdn_mixer_prep, gdn_mixer_rows, gdn_replay_fast,
                                     gdn_replay_prep)
 from ..ops.kv_cache import KVCache
 from ..ops.moe import combine_numpy, route_rows_numpy

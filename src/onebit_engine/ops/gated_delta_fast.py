@@ -344,7 +344,6 @@ def _mixer_prep(proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, dv, HV, rec_mix
     [n, n_k_heads, dk], alphas, betas [n, HV]."""
     C = conv.shape[0]
     zd = HV * dv
-    one = np.float32(1.0)
     xs = np.empty((n, C), np.float32)
     qs = np.empty((n, n_k_heads, dk), np.float32)
     ks = np.empty((n, n_k_heads, dk), np.float32)
