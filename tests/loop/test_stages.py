@@ -143,6 +143,25 @@ def test_one_pass_is_measured_until_trusted_and_again_when_nothing_chose_it():
     assert p.rows(0, 7) == 8  # its real price, 36 ms (the median of the last 5), beats 30 + P(4 kept) * 30
 
 
+def test_a_split_priced_too_high_is_priced_again_every_refresh_rounds():
+    """Every split measured once in a slow minute (900 ms a pass) keeps one pass (634 ms) chosen; every REFRESH
+    rounds the planner runs the best split's first pass again, and a fresh price brings the split in."""
+    p = planner_with({**{r: 900.0 for r in range(1, 8)}, 8: 634.0}, kept=0.8)
+    assert p.rows(0, 7) == 8
+    s = p.best_split(0, 7)
+    assert s == 7  # 900 + P(7 kept) 900: the cheapest split on these prices
+    for _ in range(REFRESH - 1):
+        p.observe_round(7, 2)
+        p.observe_pass(8, 0.634)  # one pass chosen and measured each round
+        assert p.rows(0, 7) == 8
+    p.observe_round(7, 2)
+    assert p.rows(0, 7) == s  # REFRESH rounds since a pass of 7 ran: priced again
+    for _ in range(TRUST):
+        p.observe_pass(7, 0.348)
+    assert p.rows(0, 7) == 7  # 348 + P(7 kept) 900 ~ 537 against 634: the split now wins
+    assert p.rows(0, 0) == 1  # nothing left to split: the bonus row alone
+
+
 def test_fixed_and_one_pass_modes_and_refusals():
     assert StagePlanner("one").rows(0, 7) == 8
     fixed = StagePlanner(3)
