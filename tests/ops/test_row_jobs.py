@@ -122,9 +122,13 @@ def test_a_target_verify_with_row_jobs_is_the_numba_tables_bits(jobs, monkeypatc
     nd = native_delta()
     if nd is None:
         pytest.skip("delta.c does not run here")
-    pooled = []
-    monkeypatch.setattr(row_jobs.RowJobs, "_run", lambda self, *a, _run=row_jobs.RowJobs._run: (pooled.append(a[0]),
-                                                                                                   _run(self, *a)))
+    pooled, run = [], row_jobs.RowJobs._run
+
+    def counted(self, job, *rest):
+        pooled.append(job)
+        run(self, job, *rest)
+
+    monkeypatch.setattr(row_jobs.RowJobs, "_run", counted)
     outs = {}
     for name, table in (("numba", target_ops.NUMBA_OPS), ("native", target_ops.native_delta_ops(nd))):
         t = random_target(seed=3, backend=get_backend("host-int", threads=2), ops=table)

@@ -64,9 +64,9 @@ class GatedDeltaNet:
         src = record.snapshot[self.index] if record is not None and state.pos == record.start_pos else None
         proj = self.in_proj(h)  # [R, C + HV*dv + 2*HV]: mixed | z | b | a
         return self.out_proj(self.ops.gdn_rows(proj, n, state.layers[self.index], self.params, rows, src,
-                                               threads=self._threads()))
+                                               threads=self.threads()))
 
-    def _threads(self) -> int:
+    def threads(self) -> int:
         return backend_threads(self.in_proj)
 
     def replay(self, snapshot: GDNLayerState, mixed: np.ndarray, alpha: np.ndarray, beta: np.ndarray, *,
@@ -75,7 +75,7 @@ class GatedDeltaNet:
         (mixed [a, C], alpha and beta [a, HV]): the same per-token code the forward ran, no GEMM.
         ``in_place``: advance ``snapshot`` itself (a commit that has no further use for it) instead of a copy."""
         st = snapshot if in_place else snapshot.copy()
-        self.ops.gdn_replay(st, mixed, alpha, beta, self.params, threads=self._threads())
+        self.ops.gdn_replay(st, mixed, alpha, beta, self.params, threads=self.threads())
         return st
 
 
@@ -93,6 +93,9 @@ class GatedAttention:
             freqs=inv_freq(cfg.rot_dim, cfg.rope_theta), scale=float(hd) ** -0.5, eps=F32(cfg.rms_norm_eps),
             n_heads=H, n_kv_heads=HKV, head_dim=hd, splits=bounds([2 * H * hd, HKV * hd]),
         )
+
+    def threads(self) -> int:
+        return backend_threads(self.qkv_proj)
 
     def new_state(self) -> KVCache:
         # keys_last: the compiled score loop runs over contiguous positions (ops.attention_fast)
@@ -131,12 +134,8 @@ class DecoderLayer:
         self.post_norm = np.ascontiguousarray(w[p + "post_attention_layernorm.weight"], dtype=F32)
         self.eps = cfg.rms_norm_eps
         self.norm = ops.norm
-        self._proj = self.mixer.in_proj if self.kind == "linear_attention" else self.mixer.qkv_proj  # its threads
-
-    def threads(self) -> int:
-        return backend_threads(self._proj)
 
     def __call__(self, x: np.ndarray, n: int, state: TargetState) -> np.ndarray:
-        t = self.threads()
+        t = self.mixer.threads()
         x = x + self.mixer(self.norm(x, self.in_norm, self.eps, threads=t), n, state)
         return x + self.mlp(self.norm(x, self.post_norm, self.eps, threads=t), n)

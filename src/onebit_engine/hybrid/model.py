@@ -26,7 +26,7 @@ from ..quant.io import open_quantized
 from ..quant.table import RowTable
 from .commit import COMMIT_PATHS, commit_verify
 from .config import TargetConfig
-from .layers import DecoderLayer
+from .layers import DecoderLayer, backend_threads
 from .ops import TargetOps, resolve_ops
 from .state import TargetState, VerifyRecord
 from .weights import check_and_map
@@ -66,7 +66,7 @@ class Target:
                        for i in range(config.num_hidden_layers)]
 
     def final_norm(self, x: np.ndarray) -> np.ndarray:
-        return self.ops.norm(x, self.norm_weight, self.config.rms_norm_eps, threads=int(getattr(self.backend, "threads", 1)))
+        return self.ops.norm(x, self.norm_weight, self.config.rms_norm_eps, threads=backend_threads(self.lm_head))
 
     def new_state(self) -> TargetState:
         return TargetState([layer.mixer.new_state() for layer in self.layers])

@@ -79,9 +79,11 @@ class StagePlanner:
         expect, s = best_passes(self.cost_ms, self.kept_all, done, left)
         if s < full and expect < (1.0 - SPLIT_MARGIN) * self.cost_ms(full):
             return s
-        # one pass: re-price the best split's first pass every REFRESH rounds (the module says why)
-        s = self.best_split(done, left) if done == 0 and left > 0 else full
-        return s if s in self.seen and self._count - self.seen[s] >= REFRESH else full
+        if done == 0 and left > 0:  # one pass: re-price the best split's first pass every REFRESH rounds
+            s = self.best_split(done, left)
+            if s in self.seen and self._count - self.seen[s] >= REFRESH:
+                return s
+        return full
 
     def best_split(self, done: int, left: int) -> int:
         """The first pass (rows < left + 1) of the cheapest schedule that splits the rest of the round."""

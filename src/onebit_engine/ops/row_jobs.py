@@ -2,11 +2,11 @@
 
 A verify's rows are independent outside the GEMMs and the delta rule's recurrence: the RMSNorms, the SwiGLU
 gate, the delta-net's gates, conv and q/k norms (``gated_delta_fast._conv_row``: a row's conv taps read from
-the rows before it, not from a state advanced row by row) and its gated norm. A commit's replay (its conv, a
-few rows) stays on one thread: on the pool it was no faster (27B 1.00x, 0.8B 1.04x a commit of 4 rows). Each op here is a numba
-``cfunc`` that runs one row by calling the very function the one-thread path runs on that row, so a row's bits
-do not depend on the threads or on which thread ran it (tests/ops/test_row_jobs.py). On 2 cores a verify of
-8 rows spent ~45 ms of a 27B round in these ops on one thread.
+the rows before it, not from a state advanced row by row) and its gated norm. Each op here is a numba ``cfunc``
+that runs one row by calling the very function the one-thread path runs on that row, so a row's bits do not
+depend on the threads or on which thread ran it (tests/ops/test_row_jobs.py). On 2 cores a verify of 8 rows
+spent ~45 ms of a 27B round in these ops on one thread. A commit's replay (its conv, a few rows) stays on one
+thread: on the pool it was no faster (27B 1.00x, 0.8B 1.04x a commit of 4 rows).
 
 A call's jobs are one int64 array: the op's arguments (arrays and sizes), then the row numbers 0..n-1. The
 pool hands job i a pointer to its row number; the arguments sit ``A + i`` words before it (A, the op's
@@ -59,13 +59,13 @@ if nb is not None:
         return t, carray(_ptr(_int(job) - 8 * (A + t)), A, np.int64)
 
     @_jit
-    def _f32(obj, rows, cols):
-        """The float32 [rows, cols] data of the ndarray object at address ``obj``."""
-        return carray(_ptr(carray(_ptr(obj + DATA_OFF), 1, np.int64)[0]), (rows, cols), np.float32)
+    def _data(obj):
+        """The data pointer of the ndarray object at address ``obj``."""
+        return _ptr(carray(_ptr(obj + DATA_OFF), 1, np.int64)[0])
 
     @_jit
-    def _f32_3(obj, d0, d1, d2):
-        return carray(_ptr(carray(_ptr(obj + DATA_OFF), 1, np.int64)[0]), (d0, d1, d2), np.float32)
+    def _f32(obj, rows, cols):
+        return carray(_data(obj), (rows, cols), np.float32)
 
     _job = nb.cfunc(types.void(types.voidptr), nogil=True, error_model="numpy", cache=True)
 
@@ -86,7 +86,7 @@ if nb is not None:
         t, a = _args(job, 10)
         R, HV, dv = a[5], a[7], a[8]
         proj, out = _f32(a[0], R, a[6]), _f32(a[4], R, HV * dv)
-        o = _f32_3(a[1], R, HV, dv)
+        o = carray(_data(a[1]), (R, HV, dv), np.float32)
         gdn_mixer_finish(proj[t:t + 1], 1, o[t:t + 1], _f32(a[2], 1, dv)[0], _f32(a[3], 1, 1)[0, 0], a[9], out[t:t + 1])
 
     @_job
@@ -95,7 +95,7 @@ if nb is not None:
         R, P, n, C, HV, nk, dk, dv, nr = a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21]
         gdn_mixer_prep_row(_f32(a[0], R, P), t, _f32(a[1], 3, C), _f32(a[2], C, 4), _f32(a[3], 1, HV)[0],
                            _f32(a[4], 1, HV)[0], nk, dk, dv, _f32(a[5], n, C),
-                           _f32_3(a[6], n, nk, dk), _f32_3(a[7], n, nk, dk),
+                           carray(_data(a[6]), (n, nk, dk), np.float32), carray(_data(a[7]), (n, nk, dk), np.float32),
                            _f32(a[8], n, HV), _f32(a[9], n, HV), _f32(a[10], nr, C), _f32(a[11], nr, HV),
                            _f32(a[12], nr, HV))
 
