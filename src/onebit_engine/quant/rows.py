@@ -45,7 +45,7 @@ class FloatRows:
 
     def block(self, lo: int, hi: int) -> np.ndarray:
         if isinstance(self.src, TensorRef):
-            return self.src.rows(lo, hi)
+            return self.src.rows(lo, hi, release=True)  # a block is read to be packed: the last read
         return np.ascontiguousarray(self.src[lo:hi].reshape(hi - lo, -1), dtype=np.float32)
 
 
@@ -64,7 +64,8 @@ class QuantRows:
         return cls(qw.fmt, qw.shape, qw.data, qw.scale)
 
     def block(self, lo: int, hi: int) -> QuantWeight:
-        data = self.data.read(lo, hi) if isinstance(self.data, TensorRef) else np.ascontiguousarray(self.data[lo:hi])
+        # a block is read to be packed, the last read of those rows (the checks read through problems())
+        data = self.data.read(lo, hi, release=True) if isinstance(self.data, TensorRef) else np.ascontiguousarray(self.data[lo:hi])
         return QuantWeight(self.fmt, (hi - lo, self.shape[1]), data, np.ascontiguousarray(self.scale[lo:hi]))
 
     def problems(self) -> list[str]:

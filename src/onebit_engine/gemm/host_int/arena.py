@@ -7,10 +7,13 @@ of a 35B-A3B layer, 9 at a time, cold): 23.7 -> 27.0 GB/s at 2 threads, 17.3 -> 
 
 Nothing here changes a bit: a weight's tiles are the same bytes wherever they sit. Where the OS has no
 ``MADV_HUGEPAGE`` (or transparent huge pages are off) the chunks are plain memory. Chunks are freed when the
-last weight in them is; the arena keeps only the chunk it is carving (untouched pages of it are not resident).
+last weight in them is; the arena keeps only the chunk it is carving (untouched pages of it are not resident,
+but for the rest of a huge page ``settle`` collapsed).
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import mmap
 
 import numpy as np
@@ -18,6 +21,10 @@ import numpy as np
 HUGE = 2 << 20  # a transparent huge page on x86-64
 CHUNK = 64 << 20
 ALIGN = 64  # a cache line: every weight starts on one
+MADV_COLLAPSE = getattr(mmap, "MADV_COLLAPSE", 25)  # Linux 6.1+; Python 3.11's mmap module does not name it
+# a kernel without MADV_COLLAPSE (EINVAL), THP off or no huge page to be had now (EAGAIN, ENOMEM): the pages
+# stay as they are, same bits
+_COLLAPSE_REFUSED = (errno.EINVAL, errno.EAGAIN, errno.ENOMEM, errno.EPERM, errno.EBUSY)
 
 
 def huge_buffer(nbytes: int) -> np.ndarray:
@@ -32,6 +39,40 @@ def huge_buffer(nbytes: int) -> np.ndarray:
         except OSError:  # THP not built into this kernel: ordinary pages, same bits
             pass
     return whole[off : off + nbytes]
+
+
+def _libc_madvise():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    fn = getattr(libc, "madvise", None)
+    if fn is not None:
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+_MADVISE = _libc_madvise()
+
+
+def settle(tiles: np.ndarray) -> bool:
+    """Ask the kernel to move a written weight's pages into huge pages now (``MADV_COLLAPSE``), over the huge
+    pages it touches. Why: a fault only gets a huge page if 2 MiB of free memory lie together, and after a
+    model's file has gone through the page cache they mostly do not: a 27B-shaped int4 target had 7-9 of its
+    ~14 GB in huge pages, and its GEMMs on 4 KiB pages ran 1.17x (1 row) to 1.20x (8 rows) slower (Zen 4,
+    cold 34816 x 5120 int4). The collapse compacts memory as it goes. Huge pages the span shares with its
+    neighbours are collapsed too: their other bytes are this arena's, kept as they are (written or not yet).
+    Returns whether the kernel did it; refusals (no such advice, none to be had) leave the pages as they are."""
+    if _MADVISE is None or tiles.nbytes == 0:
+        return False
+    lo = tiles.ctypes.data // HUGE * HUGE
+    hi = -(-(tiles.ctypes.data + tiles.nbytes) // HUGE) * HUGE
+    if _MADVISE(lo, hi - lo, MADV_COLLAPSE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _COLLAPSE_REFUSED:
+        return False
+    raise OSError(err, f"madvise(MADV_COLLAPSE) of {hi - lo} bytes at {lo:#x}: {errno.errorcode.get(err, err)}")
 
 
 class TileArena:

@@ -26,7 +26,7 @@ from ...quant.activations import dequantize_acc, quantize_rows
 from ...quant.formats import FORMATS, QuantWeight
 from ...quant.rows import as_rows, load, quantize_source
 from . import int_kernels, native
-from .arena import TileArena
+from .arena import TileArena, settle
 from .layout import TiledWeight
 from ..registry import register
 
@@ -109,7 +109,9 @@ class HostIntBackend:
         if (src.fmt or self.weight_format) == "ternary":
             src = _TernaryChecked(src)
         if self._native is not None:
-            return TiledWeight.from_rows(src, self.kernel, self.weight_format, self._native.tile_block, self._arena.empty)
+            tw = TiledWeight.from_rows(src, self.kernel, self.weight_format, self._native.tile_block, self._arena.empty)
+            settle(tw.tiles)  # into huge pages now, not whenever the kernel gets round to it (arena.py)
+            return tw
         if isinstance(weight, QuantWeight):  # the numpy / numba kernels run the file format as it is
             load(src)  # the checks above, on every block
             return weight
