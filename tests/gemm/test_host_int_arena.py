@@ -125,7 +125,7 @@ def test_settle_refusals_leave_the_pages_and_other_errors_raise(monkeypatch, cod
 
 
 @pytest.mark.parametrize("kernel", native_params())
-def test_packing_settles_each_weight(monkeypatch, kernel):
+def test_packing_settles_each_weight_and_makes_its_descriptor(monkeypatch, kernel):
     from onebit_engine.gemm.host_int import backend as backend_mod
 
     seen = []
@@ -133,3 +133,5 @@ def test_packing_settles_each_weight(monkeypatch, kernel):
     b = HostIntBackend(kernel=kernel)
     ws = [b.pack(np.ones((n, 64), np.float32)) for n in (16, 40)]
     assert [t.ctypes.data for t in seen] == [w.tiles.ctypes.data for w in ws]
+    # made at load, not at a weight's first call (a MoE decode meets most experts for the first time)
+    assert all("c_struct" in vars(w) for w in ws)

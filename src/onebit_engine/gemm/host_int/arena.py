@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import sys
 
 import numpy as np
 
@@ -42,6 +43,8 @@ def huge_buffer(nbytes: int) -> np.ndarray:
 
 
 def _libc_madvise():
+    if not sys.platform.startswith("linux"):  # advice 25 is MADV_COLLAPSE on Linux only
+        return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
