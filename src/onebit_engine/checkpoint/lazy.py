@@ -8,10 +8,10 @@ Reading by ``pread`` rather than a memory map keeps the file's pages out of the 
 set: they stay in the page cache, where the kernel may drop them. A loader reading rows for the last
 time says so (``release=True``): those pages then leave the cache at once and the next rows are read
 ahead. Why: the packed copy is the one that lives, and a file's worth of cache pages left behind in
-every free gap of memory made later huge-page faults fail (a 27B-shaped int4 target loaded with 6-9 of
-its 13 GB in huge pages, its GEMMs 1.17-1.20x slower on the rest; with the pages released, all 13 GB). ``mapped()`` is the other way, for a
-lookup table (the embedding, the selector codebooks): a read-only map in the stored dtype, of which only
-the rows a lookup touches become resident.
+every free gap of memory made later huge-page faults fail (Zen 4: a 27B-shaped int4 target loaded with
+6-9 of its 13 GB in huge pages, its GEMMs 1.17-1.20x slower on the rest; with the pages released, all
+13 GB). ``mapped()`` is the other way, for a lookup table (the embedding, the selector codebooks): a
+read-only map in the stored dtype, of which only the rows a lookup touches become resident.
 
 ``rows`` sees a tensor as 2-D: shape ``[N, ...]`` reads as ``[N, prod(rest)]`` (vectors and other small
 tensors are read whole with ``load()``).
