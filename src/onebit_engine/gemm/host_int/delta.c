@@ -158,13 +158,20 @@ int onebit_hi_delta_path_ok(int path) {
 typedef struct {
     delta_head_t J;
     float *mem; /* dv floats of its own: row 0's reads */
+    int count;  /* heads this entry's job runs from it (0: an entry inside another's run) */
 } delta_job_t;
 
 void onebit_hi_team(void (*fn)(void *), void *jobs, size_t job_size, int njobs, int t); /* kernel.c */
 
-static void job16(void *p) { head16(&((delta_job_t *)p)->J, ((delta_job_t *)p)->mem); }
+static void job16(void *p) {
+    delta_job_t *j = (delta_job_t *)p;
+    for (int c = 0; c < j->count; c++) head16(&j[c].J, j[c].mem);
+}
 #ifndef ONEBIT_HI_EMULATE_AVX512
-static void job8(void *p) { head8(&((delta_job_t *)p)->J, ((delta_job_t *)p)->mem); }
+static void job8(void *p) {
+    delta_job_t *j = (delta_job_t *)p;
+    for (int c = 0; c < j->count; c++) head8(&j[c].J, j[c].mem);
+}
 #endif
 
 /* Threads for a call, like the GEMM's rule (kernel.c, threads_for): more than one only when each gets ~50 us of
@@ -219,14 +226,22 @@ int onebit_hi_delta_heads(char *S_, const char *S0_, const char *alphas_, const 
                           xs + v0 + h * dv, read_out ? o + h * dv : 0, n, dk, dv, HV, HK * dk, C, HV * dv, read_out};
         jobs[h].J = J;
         jobs[h].mem = mem + h * dv;
+        jobs[h].count = 0;
     }
+    /* A job runs a run of contiguous heads, ~4 jobs a thread: each thread's reads then stream through adjacent
+     * states (the hardware prefetcher runs on across heads) instead of alternating 64 KB blocks with the other
+     * thread's. Measured (cold states, 2 threads, interleaved): a 35B-A3B step's layer 140 -> 113 us, a 27B
+     * step's 193 -> 170, a 27B verify of 8 rows 499 -> 446-465. The heads and their bits are the same. */
+    const int T = delta_threads(n, HV, dk, dv, threads);
+    const int64_t per = (HV + 4 * T - 1) / (4 * T);
+    int nj = 0;
+    for (int64_t h = 0; h < HV; h += per, nj++) jobs[h].count = (int)(h + per <= HV ? per : HV - h);
 #ifdef ONEBIT_HI_EMULATE_AVX512
     void (*job)(void *) = job16;
 #else
     void (*job)(void *) = path == 1 ? job16 : job8;
 #endif
-    onebit_hi_team(job, jobs, sizeof(delta_job_t), (int)(HV > INT32_MAX ? INT32_MAX : HV),
-                   delta_threads(n, HV, dk, dv, threads));
+    onebit_hi_team(job, jobs, sizeof(delta_job_t) * (size_t)per, nj, T);
     free(jobs);
     free(mem);
     return 0;
