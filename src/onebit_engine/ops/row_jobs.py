@@ -67,6 +67,10 @@ if nb is not None:
     def _f32(obj, rows, cols):
         return carray(_data(obj), (rows, cols), np.float32)
 
+    # cache=True: numba keys a cached function on this file alone, yet each job inlines the row functions of
+    # norm_fast and gated_delta_fast; a change there (norm_fast's lane sums, 2026-12-06) must come with an edit
+    # here, or a checkout that kept its __pycache__ runs the old code on the pool and the new one on one thread
+    # (tests/ops/test_row_jobs.py sees it: the two paths' bits differ)
     _job = nb.cfunc(types.void(types.voidptr), nogil=True, error_model="numpy", cache=True)
 
     @_job
