@@ -102,6 +102,28 @@ def test_the_delta_nets_prep_and_finish_on_the_pool_are_the_row_loops_bits(jobs,
     assert same(out_got, out_ref) and len(jobs.calls) == 2  # rows past n zeroed
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("n,length,heads,kv_heads", [(1, 0, 4, 2), (1, 37, 6, 1), (3, 5, 4, 4), (8, 20, 6, 2)])
+def test_attention_pairs_on_the_pool_are_the_one_thread_bits(jobs, threads, n, length, heads, kv_heads):
+    """Every (row, head) pair a job: the output (rows past n zeroed), the appended keys and values and the cache
+    before them, bit for bit the one-thread function's; a row attends up to its own key, not past it."""
+    from onebit_engine.ops.attention_fast import attention_rows
+
+    rng = np.random.default_rng(100 * n + length + heads)
+    hd, cap, R = 16, length + n + 3, n + 2
+    qkv = rand(rng, R, heads * 2 * hd + 2 * kv_heads * hd, scale=2.0)
+    keys, values = rand(rng, kv_heads, hd, cap), rand(rng, kv_heads, cap, hd)
+    q_norm, k_norm = rand(rng, hd, scale=0.3), rand(rng, hd, scale=0.3)
+    freqs = (1.0 / 10000.0 ** (np.arange(hd // 4) / (hd // 4))).astype(F32)
+    pos, eps, scale = length + 2, 1e-6, hd ** -0.5
+    ref_k, ref_v, ref = keys.copy(), values.copy(), np.full((R, heads * hd), 7.0, F32)
+    attention_rows(qkv, n, pos, length, ref_k, ref_v, q_norm, k_norm, F32(eps), freqs, heads, F32(scale), ref)
+    got_k, got_v, got = keys.copy(), values.copy(), np.full((R, heads * hd), 7.0, F32)
+    jobs.attention(qkv, n, pos, length, got_k, got_v, q_norm, k_norm, eps, freqs, heads, scale, got, threads)
+    assert len(jobs.calls) == 1 and jobs.calls[0][2] == n * heads  # one pooled call, a job a pair
+    assert same(got, ref) and same(got_k, ref_k) and same(got_v, ref_v)
+    assert not np.all(got[:n] == 0) and np.all(got[n:] == 0)
+
 def test_the_work_rule_keeps_small_calls_on_the_callers_thread():
     t = row_jobs.threads_for
     assert t(1, 1e9, 2) == 1 and t(8, 1e9, 1) == 1  # one row, one thread
@@ -139,4 +161,4 @@ def test_a_target_verify_with_row_jobs_is_the_numba_tables_bits(jobs, monkeypatc
         s = t.forward([8], st)
         outs[name] = (v.logits, v.hidden, s.logits, st.layers[0].recurrent, st.layers[0].conv)
     assert all(same(a, b) for a, b in zip(outs["numba"], outs["native"]))
-    assert {j.__name__ for j in pooled} >= {"_silu_job", "_norm_job", "_finish_job", "_prep_job"}
+    assert {j.__name__ for j in pooled} >= {"_silu_job", "_norm_job", "_finish_job", "_prep_job", "_attend_job"}

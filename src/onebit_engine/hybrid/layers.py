@@ -103,7 +103,8 @@ class GatedAttention:
 
     def __call__(self, h: np.ndarray, n: int, state: TargetState) -> np.ndarray:
         qkv = self.qkv_proj(h)  # [R, H*2*hd + 2*HKV*hd]: per head [query | gate], then k, v
-        return self.o_proj(self.ops.attention_rows(qkv, n, state.layers[self.index], state.pos, self.params))
+        return self.o_proj(self.ops.attention_rows(qkv, n, state.layers[self.index], state.pos, self.params,
+                                                   threads=self.threads()))
 
 
 class DenseMLP:

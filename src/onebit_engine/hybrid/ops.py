@@ -96,8 +96,9 @@ class TargetOps:
     gdn_rows: Callable[..., np.ndarray]
     # state (advanced in place), mixed [a, C], alpha, beta [a, HV], params -> None
     gdn_replay: Callable[..., None]
-    # qkv [R, 2*H*hd + 2*HKV*hd], n, cache, position of row 0, params -> [R, H*hd]
-    attention_rows: Callable[[np.ndarray, int, KVCache, int, AttentionParams], np.ndarray]
+    # qkv [R, 2*H*hd + 2*HKV*hd], n, cache, position of row 0, params -> [R, H*hd]; also takes ``threads=`` (the
+    # delta.c table's (row, head) pairs go to the pool; a pair's bits do not depend on it)
+    attention_rows: Callable[..., np.ndarray]
     # a sparse block's combine, in place: out [R, D] += weights[row, rank] * y [P, D] pair by pair
     # (rows, ranks [P]: ``ops.moe.route_plan``'s order) -> None
     moe_combine: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
@@ -146,7 +147,7 @@ def gdn_replay_numpy(st: GDNLayerState, mixed, alpha, beta, p: GDNParams, thread
                                              p.n_k_heads, p.dk, p.dv)
 
 
-def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> np.ndarray:
+def attention_rows_numpy(qkv, n, kv: KVCache, pos: int, p: AttentionParams, threads: int = 1) -> np.ndarray:
     """q/k norms, partial RoPE at each row's position, KV append, then :func:`ops.attention.attend_row`
     over the row's own key prefix, times the sigmoid gate; a row at a time."""
     R, H, HKV, hd = qkv.shape[0], p.n_heads, p.n_kv_heads, p.head_dim
@@ -209,14 +210,21 @@ def gdn_replay_numba(st: GDNLayerState, mixed, alpha, beta, p: GDNParams, thread
     gdn_replay_fast(st.conv, st.recurrent, mixed, alpha, beta, p.conv_weight, p.n_k_heads, p.dk, p.dv)
 
 
-def attention_rows_numba(qkv, n, kv: KVCache, pos: int, p: AttentionParams) -> np.ndarray:
+def attention_rows_numba(qkv, n, kv: KVCache, pos: int, p: AttentionParams, threads: int = 1,
+                         rows: "RowJobs | None" = None) -> np.ndarray:
+    """The compiled attention; with ``rows`` (the delta.c table's pool) its (row, head) pairs on up to
+    ``threads`` threads - the same bits."""
     if not kv.keys_last:  # the compiled loop indexes keys [H, hd, capacity]; another layout would write out of bounds
         raise StateError(f"the compiled attention needs a keys_last KVCache (keys [H, hd, capacity]), got keys "
                          f"{kv.keys.shape}; make the cache with GatedAttention.new_state() or KVCache(..., keys_last=True)")
     kv.reserve(kv.length + n)
     out = np.empty((qkv.shape[0], p.n_heads * p.head_dim), F32)
-    attention_rows(qkv, n, pos, kv.length, kv.keys, kv.values, p.q_norm, p.k_norm, p.eps, p.freqs, p.n_heads,
-                   F32(p.scale), out)
+    if rows is not None and threads > 1:
+        rows.attention(qkv, n, pos, kv.length, kv.keys, kv.values, p.q_norm, p.k_norm, p.eps, p.freqs, p.n_heads,
+                       p.scale, out, threads)
+    else:
+        attention_rows(qkv, n, pos, kv.length, kv.keys, kv.values, p.q_norm, p.k_norm, p.eps, p.freqs, p.n_heads,
+                       F32(p.scale), out)
     kv.length += n
     return out
 
@@ -237,8 +245,8 @@ NUMBA_OPS = TargetOps("numba", norm_numba, silu_mul_numba, gdn_rows_numba, gdn_r
 def native_delta_ops(nd: NativeDelta) -> TargetOps:
     """``NUMBA_OPS`` with the mixer's and the replay's heads on ``nd``: numba before and after them (the gates,
     the conv, the gated norm), delta.c between - the bits of ``NUMBA_OPS`` (tests/ops/test_delta_native.py).
-    The row-independent ops run a job a row on the same library's pool (``ops.row_jobs``) when ``threads`` > 1
-    and the work pays for the threads - the same bits again."""
+    The row-independent ops run a job a row, and attention a job a (row, head) pair, on the same library's pool
+    (``ops.row_jobs``) when ``threads`` > 1 and the work pays for the threads - the same bits again."""
     rows = RowJobs(nd.lib.team, nd.lib.data_off)
 
     def norm(x: np.ndarray, weight: np.ndarray, eps: float, threads: int = 1) -> np.ndarray:
@@ -264,6 +272,9 @@ def native_delta_ops(nd: NativeDelta) -> TargetOps:
         rows.mixer_finish(proj, n, o, p.norm_weight, p.eps, st.conv.shape[0], out, threads)
         return out
 
+    def attention(qkv, n, kv: KVCache, pos: int, p: AttentionParams, threads: int = 1) -> np.ndarray:
+        return attention_rows_numba(qkv, n, kv, pos, p, threads, rows)
+
     def gdn_replay(st: GDNLayerState, mixed, alpha, beta, p: GDNParams, threads: int = 1) -> None:
         st.conv, st.recurrent = _owned(st.conv), _owned(st.recurrent)
         xs, qs, ks = gdn_replay_prep(st.conv, np.ascontiguousarray(mixed, dtype=F32), p.conv_weight, p.n_k_heads, p.dk)
@@ -271,7 +282,7 @@ def native_delta_ops(nd: NativeDelta) -> TargetOps:
                            np.ascontiguousarray(beta, dtype=F32), ks, qs, xs, None, 2 * p.n_k_heads * p.dk, nd.path,
                            threads)
 
-    return TargetOps("numba", norm, silu_mul, gdn_rows, gdn_replay, attention_rows_numba, combine_fast,
+    return TargetOps("numba", norm, silu_mul, gdn_rows, gdn_replay, attention, combine_fast,
                      route_rows_fast, nd.name)
 
 

@@ -36,6 +36,74 @@ def _norm_rope(x, w, eps, cos, sin, rot, out):
         out[i + half] = b * cos[i + half] + a * sin[i + half]
 
 
+def _angles(n, pos, freqs, cos, sin):
+    """RoPE's cos and sin of rows 0..n-1 at positions pos..pos+n-1. freqs [rot / 2]; cos, sin [>= n, rot]."""
+    half = freqs.shape[0]
+    for t in range(n):
+        for i in range(half):
+            ang = np.float32(pos + t) * freqs[i]
+            cos[t, i] = np.float32(np.cos(ang))
+            sin[t, i] = np.float32(np.sin(ang))
+            cos[t, i + half] = cos[t, i]
+            sin[t, i + half] = sin[t, i]
+
+
+def _append_rows(qkv, n, length, keys, values, k_norm, eps, cos, sin, H):
+    """Each row's key (normed, rotated) and value into cache rows length..length+n-1. Shapes as in
+    :func:`_attention_rows`; cos, sin [n, rot] (:func:`_angles`)."""
+    HKV, hd, _ = keys.shape
+    rot = cos.shape[1]
+    kq = H * 2 * hd
+    kv = HKV * hd
+    for t in range(n):
+        at = length + t
+        for j in range(HKV):
+            _norm_rope(qkv[t, kq + j * hd:kq + (j + 1) * hd], k_norm, eps, cos[t], sin[t], rot, keys[j, :, at])
+            for i in range(hd):
+                values[j, at, i] = qkv[t, kq + kv + j * hd + i]
+
+
+def _attend(qkv, t, h, length, keys, values, q_norm, eps, cos, sin, H, scale, out, qh, acc, p):
+    """Query head h of row t over cache rows 0..length+t (appended already), times its sigmoid gate, into
+    out[t, h*hd:(h+1)*hd]. qh, acc [hd], p [>= length + t + 1]: scratch. A pair's bits depend on its own
+    inputs and the keys it sees alone, so pairs can run in any order, on any thread."""
+    HKV, hd, _ = keys.shape
+    g = H // HKV
+    rot = cos.shape[1]
+    one = np.float32(1.0)
+    m = length + t + 1  # keys 0..length+t are visible to this row
+    j = h // g  # query head h reads KV head h // (H / HKV)
+    _norm_rope(qkv[t, h * 2 * hd:h * 2 * hd + hd], q_norm, eps, cos[t], sin[t], rot, qh)
+    # q.k for every visible key at once: positions innermost (contiguous, they vectorize), each
+    # position's sum still over i in ascending order - the bits of a dot product per key
+    for s in range(m):
+        p[s] = np.float32(0.0)
+    for i in range(hd):
+        qi = qh[i]
+        for s in range(m):
+            p[s] += qi * keys[j, i, s]
+    mx = np.float32(-np.inf)
+    for s in range(m):
+        d = p[s] * scale
+        p[s] = d
+        if d > mx:
+            mx = d
+    tot = np.float32(0.0)
+    for s in range(m):
+        e = np.float32(expf(p[s] - mx))
+        p[s] = e
+        tot += e
+    for i in range(hd):
+        acc[i] = np.float32(0.0)
+    for s in range(m):
+        ps = p[s] / tot
+        for i in range(hd):
+            acc[i] += ps * values[j, s, i]
+    for i in range(hd):
+        gate = qkv[t, h * 2 * hd + hd + i]
+        out[t, h * hd + i] = acc[i] * (one / (one + expf(-gate)))
+
+
 def _attention_rows(qkv, n, pos, length, keys, values, q_norm, k_norm, eps, freqs, H, scale, out):
     """Rows 0..n-1 of one call at positions pos..pos+n-1 (their RoPE angles); appends their keys and
     values at cache rows length..length+n-1 and attends each row over cache rows 0..its own.
@@ -44,69 +112,34 @@ def _attention_rows(qkv, n, pos, length, keys, values, q_norm, k_norm, eps, freq
     output); keys [HKV, hd, capacity >= length + n] (a keys_last ``KVCache``: positions last), values
     [HKV, capacity, hd] (positions < length live);
     q_norm, k_norm [hd]; freqs [rot / 2]; out [R, H*hd] (rows >= n are zeroed).
+
+    Every row's key and value go in first (:func:`_append_rows`), then each (row, head) pair attends
+    (:func:`_attend`): a row reads only the keys up to its own, so the order of the two is the one-row-at-a-time
+    order's bits, and the pairs can go to the pool (``ops.row_jobs``).
     """
     HKV, hd, _ = keys.shape
-    g = H // HKV
     rot = 2 * freqs.shape[0]
-    kq = H * 2 * hd
-    kv = HKV * hd
-    one = np.float32(1.0)
-    cos = np.empty(rot, np.float32)
-    sin = np.empty(rot, np.float32)
+    cos = np.empty((max(n, 1), rot), np.float32)
+    sin = np.empty((max(n, 1), rot), np.float32)
+    _angles(n, pos, freqs, cos, sin)
+    _append_rows(qkv, n, length, keys, values, k_norm, eps, cos, sin, H)
     qh = np.empty(hd, np.float32)
     acc = np.empty(hd, np.float32)
     p = np.empty(length + n, np.float32)
     for t in range(n):
-        at = length + t
-        for i in range(rot // 2):
-            ang = np.float32(pos + t) * freqs[i]
-            cos[i] = np.float32(np.cos(ang))
-            sin[i] = np.float32(np.sin(ang))
-            cos[i + rot // 2] = cos[i]
-            sin[i + rot // 2] = sin[i]
-        for j in range(HKV):
-            _norm_rope(qkv[t, kq + j * hd:kq + (j + 1) * hd], k_norm, eps, cos, sin, rot, keys[j, :, at])
-            for i in range(hd):
-                values[j, at, i] = qkv[t, kq + kv + j * hd + i]
-        m = at + 1  # keys 0..at are visible to this row
         for h in range(H):
-            j = h // g  # query head h reads KV head h // (H / HKV)
-            _norm_rope(qkv[t, h * 2 * hd:h * 2 * hd + hd], q_norm, eps, cos, sin, rot, qh)
-            # q.k for every visible key at once: positions innermost (contiguous, they vectorize), each
-            # position's sum still over i in ascending order - the bits of a dot product per key
-            for s in range(m):
-                p[s] = np.float32(0.0)
-            for i in range(hd):
-                qi = qh[i]
-                for s in range(m):
-                    p[s] += qi * keys[j, i, s]
-            mx = np.float32(-np.inf)
-            for s in range(m):
-                d = p[s] * scale
-                p[s] = d
-                if d > mx:
-                    mx = d
-            tot = np.float32(0.0)
-            for s in range(m):
-                e = np.float32(expf(p[s] - mx))
-                p[s] = e
-                tot += e
-            for i in range(hd):
-                acc[i] = np.float32(0.0)
-            for s in range(m):
-                ps = p[s] / tot
-                for i in range(hd):
-                    acc[i] += ps * values[j, s, i]
-            for i in range(hd):
-                gate = qkv[t, h * 2 * hd + hd + i]
-                out[t, h * hd + i] = acc[i] * (one / (one + expf(-gate)))
+            _attend(qkv, t, h, length, keys, values, q_norm, eps, cos, sin, H, scale, out, qh, acc, p)
     for t in range(n, out.shape[0]):
         for c in range(out.shape[1]):
             out[t, c] = np.float32(0.0)
 
 
 if nb is not None:
-    _norm_rope = nb.njit(cache=True, nogil=True, error_model="numpy")(_norm_rope)
-    attention_rows = nb.njit(cache=True, nogil=True, error_model="numpy")(_attention_rows)
+    _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
+    _norm_rope = _jit(_norm_rope)
+    attention_angles = _angles = _jit(_angles)
+    attention_append = _append_rows = _jit(_append_rows)
+    attention_attend = _attend = _jit(_attend)
+    attention_rows = _jit(_attention_rows)
 else:
-    attention_rows = None
+    attention_rows = attention_angles = attention_append = attention_attend = None

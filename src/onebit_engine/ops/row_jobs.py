@@ -37,6 +37,7 @@ def row_jobs_ready() -> bool:
 
 
 if nb is not None:
+    from .attention_fast import attention_angles, attention_append, attention_attend, attention_rows
     from .gated_delta_fast import gdn_conv4_advance, gdn_conv4_head, gdn_mixer_finish, gdn_mixer_prep_row
     from .norm_fast import rms_norm_rows, silu_mul
 
@@ -68,7 +69,7 @@ if nb is not None:
         return carray(_data(obj), (rows, cols), np.float32)
 
     # cache=True: numba keys a cached function on this file alone, yet each job inlines the row functions of
-    # norm_fast and gated_delta_fast; a change there (norm_fast's lane sums, 2026-12-06) must come with an edit
+    # norm_fast, gated_delta_fast and attention_fast; a change there (norm_fast's lane sums, 2026-12-06) must come with an edit
     # here, or a checkout that kept its __pycache__ runs the old code on the pool and the new one on one thread
     # (tests/ops/test_row_jobs.py sees it: the two paths' bits differ)
     _job = nb.cfunc(types.void(types.voidptr), nogil=True, error_model="numpy", cache=True)
@@ -103,6 +104,19 @@ if nb is not None:
                            _f32(a[8], n, HV), _f32(a[9], n, HV), _f32(a[10], nr, C), _f32(a[11], nr, HV),
                            _f32(a[12], nr, HV))
 
+    @_job
+    def _attend_job(job):  # args: qkv, keys, values, q_norm, cos, sin, out, eps_scale (float32 [2]), R, P, length,
+        j, a = _args(job, 16)  # H, HKV, hd, capacity, rot; job j is the pair (row j // H, head j % H)
+        R, P, length, H, HKV, hd, cap, rot = a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]
+        t, h = j // H, j % H
+        es = _f32(a[7], 1, 2)[0]
+        keys = carray(_data(a[1]), (HKV, hd, cap), np.float32)
+        values = carray(_data(a[2]), (HKV, cap, hd), np.float32)
+        n = t + 1  # the rows this pair may see: the cache up to its own row
+        attention_attend(_f32(a[0], R, P), t, h, length, keys, values, _f32(a[3], 1, hd)[0], es[0],
+                         _f32(a[4], n, rot), _f32(a[5], n, rot), H, es[1], _f32(a[6], R, H * hd),
+                         np.empty(hd, np.float32), np.empty(hd, np.float32), np.empty(length + n, np.float32))
+
 
 # A thread joins only with ~40 us of work. Standalone, 2 threads ran SwiGLU's 8 x 17408 in 54 us against 88;
 # inside a 27B verify the pool's worker joins a call later (it waits between GEMMs, and a VM keeps a spinning
@@ -110,6 +124,9 @@ if nb is not None:
 WORK_NS_PER_THREAD = 40_000
 # one-thread ns a row element inside a 27B verify (Zen 4, its inputs fresh from a GEMM): the rule's weights
 NS_SILU, NS_NORM, NS_FINISH, NS_PREP = 1.14, 1.4, 3.4, 4.3
+# one-thread ns of attention's (row, head) pair: a visible key's q.k and p.v per element of hd, and the pair's own
+# (its q norm and RoPE, the gate); a 27B verify of 8 rows at ~100 keys: ~5 us a pair (Zen 4)
+NS_ATTEND_KEY_DIM, NS_ATTEND_PAIR = 0.16, 500
 
 
 def threads_for(rows: int, work_ns: float, threads: int) -> int:
@@ -174,6 +191,28 @@ class RowJobs:
         e = np.full(1, eps, F32)
         self._run(_finish_job, [_addr(proj), _addr(o), _addr(norm_w), _addr(e), _addr(out), proj.shape[0],
                                 proj.shape[1], HV, dv, C], n, t)
+        out[n:] = 0.0
+
+    def attention(self, qkv, n, pos, length, keys, values, q_norm, k_norm, eps, freqs, H, scale, out,
+                  threads: int) -> None:
+        """``attention_fast.attention_rows``'s effect (its arguments and shapes): every row's key and value
+        appended on this thread, then each (row, head) pair a job - a pair's bits depend on its own inputs
+        and the keys it sees alone."""
+        HKV, hd, cap = keys.shape
+        pairs = n * H
+        work = pairs * ((length + (n + 1) / 2) * hd * NS_ATTEND_KEY_DIM + NS_ATTEND_PAIR)
+        t = self.threads(pairs, work, threads)
+        if t < 2 or not _plain(qkv, keys, values, q_norm, k_norm, freqs, out):
+            attention_rows(qkv, n, pos, length, keys, values, q_norm, k_norm, F32(eps), freqs, H, F32(scale), out)
+            return
+        rot = 2 * freqs.shape[0]
+        cos, sin = np.empty((n, rot), F32), np.empty((n, rot), F32)
+        attention_angles(n, pos, freqs, cos, sin)
+        attention_append(qkv, n, length, keys, values, k_norm, F32(eps), cos, sin, H)
+        es = np.array([eps, scale], F32)
+        self._run(_attend_job, [_addr(qkv), _addr(keys), _addr(values), _addr(q_norm), _addr(cos), _addr(sin),
+                                _addr(out), _addr(es), qkv.shape[0], qkv.shape[1], length, H, HKV, hd, cap, rot],
+                  pairs, t)
         out[n:] = 0.0
 
     def mixer_prep(self, proj, n, conv, w, neg_A, dt_bias, n_k_heads, dk, dv, HV, rec_mixed, rec_alpha, rec_beta,
