@@ -17,6 +17,10 @@ try:
 except ImportError:  # numba is the optional `fast` extra
     nb = None
 
+# the sources of the compiled code this module's cached functions inline: numba drops a cached function only when its
+# own file changes (tests/layout/test_numba_cache_keys.py)
+NUMBA_INLINES = "cfdbf45a8c12f42c"
+
 
 def _norm_rope(x, w, eps, cos, sin, rot, out):
     """Zero-centred RMSNorm over hd, then rotate-half RoPE on the first ``rot`` dims. x, w, out [hd]."""

@@ -24,6 +24,10 @@ try:
 except ImportError:  # numba is the optional `fast` extra
     nb = None
 
+# the sources of the compiled code this module's cached functions inline: numba drops a cached function only when its
+# own file changes (tests/layout/test_numba_cache_keys.py)
+NUMBA_INLINES = "cfdbf45a8c12f42c"
+
 
 def _combine(out, y, rows, ranks, weights):
     """In place. Shapes: out [R, D]; y [P, D]; rows, ranks int64 [P]; weights float32 [R, top_k]."""

@@ -20,6 +20,10 @@ try:
 except ImportError:  # numba is the optional `fast` extra
     nb = None
 
+# the sources of the compiled code this module's cached functions inline: numba drops a cached function only when its
+# own file changes (tests/layout/test_numba_cache_keys.py)
+NUMBA_INLINES = "cfdbf45a8c12f42c"
+
 
 LANES = 64  # four AVX-512 registers of running sums; AVX2 keeps eight
 

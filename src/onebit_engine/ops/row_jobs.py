@@ -27,6 +27,10 @@ try:
 except ImportError:  # numba is the optional `fast` extra
     nb = None
 
+# the sources of the compiled code this module's cached functions inline: numba drops a cached function only when its
+# own file changes (tests/layout/test_numba_cache_keys.py)
+NUMBA_INLINES = "2dcaf6e4f69e84aa"
+
 F32 = np.float32
 MIN_ROWS = 2  # one row: the direct call (a team would only add its ~5 us)
 DATA_OFF = 16  # CPython's ndarray: the data pointer after the refcount and the type (native._array_data_offset)
@@ -69,9 +73,7 @@ if nb is not None:
         return carray(_data(obj), (rows, cols), np.float32)
 
     # cache=True: numba keys a cached function on this file alone, yet each job inlines the row functions of
-    # norm_fast, gated_delta_fast and attention_fast; a change there (norm_fast's lane sums, 2026-12-06) must come with an edit
-    # here, or a checkout that kept its __pycache__ runs the old code on the pool and the new one on one thread
-    # (tests/ops/test_row_jobs.py sees it: the two paths' bits differ)
+    # norm_fast, gated_delta_fast and attention_fast; NUMBA_INLINES (above) changes with them, which drops the cache
     _job = nb.cfunc(types.void(types.voidptr), nogil=True, error_model="numpy", cache=True)
 
     @_job

@@ -11,6 +11,10 @@ import numpy as np
 from ._numba import jit
 from .mathf import exp_neg32
 
+# the sources of the compiled code this module's cached functions inline: numba drops a cached function only when its
+# own file changes (tests/layout/test_numba_cache_keys.py)
+NUMBA_INLINES = "db590632416744e7"
+
 F32 = np.float32
 _ZERO = F32(0.0)
 

@@ -11,6 +11,10 @@ import numpy as np
 from ...ops.exp_fast import expf
 from ._numba import jit
 
+# the sources of the compiled code this module's cached functions inline: numba drops a cached function only when its
+# own file changes (tests/layout/test_numba_cache_keys.py)
+NUMBA_INLINES = "891c79f8dbc1008c"
+
 F32 = np.float32
 
 # Cephes ``expf`` / ``tanhf`` constants (float32, as in the C library).
