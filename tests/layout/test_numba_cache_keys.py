@@ -14,7 +14,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "onebit_engine"
 
 
-def _compiled(path: Path, text: str) -> bool:
+def _compiled(text: str) -> bool:
     """A module with cached compiled functions: its own ``cache=True``, or the draft kernels' cached ``jit``."""
     return "cache=True" in text or "from ._numba import jit" in text
 
@@ -35,7 +35,7 @@ def _relative_imports(path: Path, tree: ast.AST) -> set[Path]:
 def _graph() -> dict[Path, set[Path]]:
     """Compiled modules -> the compiled modules they import from (directly)."""
     mods = {p: p.read_text() for p in SRC.rglob("*.py")}
-    compiled = {p for p, t in mods.items() if _compiled(p, t)}
+    compiled = {p for p, t in mods.items() if _compiled(t)}
     return {p: _relative_imports(p, ast.parse(mods[p])) & compiled for p in compiled}
 
 
