@@ -37,6 +37,11 @@ def test_many_equals_a_call_each(kernel, fmt, threads):
     xs.append(rng.standard_normal((3, ws[-1].shape[1])).astype(np.float32))
     xs.insert(4, xs[2])  # the same input and weight objects twice
     ws.insert(4, ws[2])
+    # one input for several weights of its K (quantized once), and a view at its address with fewer rows (not)
+    k0 = xs[0].shape[1]
+    for x in (xs[0], xs[0][:1], xs[0]):
+        xs.append(x)
+        ws.append(b.pack(rng.standard_normal((int(rng.integers(1, 300)), k0)).astype(np.float32)))
     got = b.matmul_many(xs, ws)
     assert len(got) == len(xs)
     for x, w, y in zip(xs, ws, got):

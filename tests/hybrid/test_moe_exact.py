@@ -2,6 +2,8 @@
 verify of k+1 rows == k+1 single steps, every commit path == the sequential reference, prefill == steps,
 grouped experts == one row per expert call, the loop == plain greedy - with rows that route to the same
 experts and to disjoint ones (checked through the block's trace, so the cases cannot silently vanish)."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -73,15 +75,19 @@ def test_moe_verify_commit_equals_single_steps(backend, moe, path):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_grouped_experts_equal_one_row_per_expert_call(backend):
-    """On host-int the grouped block runs its experts' products together (gemm.run_many); elsewhere one call each."""
-    a = moe_target(MOES["e8k2-shared-norm"], backend, seed=4)
-    b = moe_target(MOES["e8k2-shared-norm"], backend, seed=4)
+@pytest.mark.parametrize("shared", [24, 16])  # 16: the routed experts' width, so one SwiGLU call takes both
+def test_grouped_experts_equal_one_row_per_expert_call(backend, shared):
+    """On host-int the grouped block runs its experts' products together (gemm.run_many); elsewhere one call each.
+    Prefill chunks of several rows, then single tokens (the block hands every expert the token's own row)."""
+    moe = dataclasses.replace(MOES["e8k2-shared-norm"], shared_expert_intermediate_size=shared)
+    a, b = moe_target(moe, backend, seed=4), moe_target(moe, backend, seed=4)
     for block in sparse_blocks(b):
         block.grouped = False
-    toks = np.random.default_rng(2).integers(0, 80, 21).tolist()
-    oa, ob = a.forward(toks, a.new_state()), b.forward(toks, b.new_state())
-    assert np.array_equal(oa.logits, ob.logits) and np.array_equal(oa.hidden, ob.hidden)
+    toks = np.random.default_rng(2).integers(0, 80, 25).tolist()
+    sa, sb = a.new_state(), b.new_state()
+    for chunk in (toks[:21], *([t] for t in toks[21:])):
+        oa, ob = a.forward(chunk, sa), b.forward(chunk, sb)
+        assert np.array_equal(oa.logits, ob.logits) and np.array_equal(oa.hidden, ob.hidden)
 
 
 @pytest.mark.parametrize("backend", ["reference", "host-int-int8"])
@@ -90,8 +96,6 @@ def test_rows_routed_to_the_same_or_disjoint_experts(backend, routing):
     """Force the routing from each row's router logits: every row to experts {1, 2} ("same"), or to the
     pair {2j, 2j+1} with j the argmax of its first four logits ("disjoint": two rows share both
     experts or none). A verify's rows must still equal single steps bit for bit."""
-    import dataclasses
-
     from onebit_engine.ops.moe import route_plan
 
     def forced(logits, n, top_k, norm):

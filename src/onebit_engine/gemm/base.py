@@ -15,6 +15,8 @@ import numpy as np
 
 from ..quant.rows import Stacked, as_rows, load
 
+_F32 = np.dtype(np.float32)  # the dtype singleton: an identity test is the cheapest check
+
 
 @runtime_checkable
 class GemmBackend(Protocol):
@@ -105,7 +107,12 @@ def run_many(linears: "list[Linear]", xs: "list[np.ndarray]") -> "list[np.ndarra
     if linears:
         b = linears[0].backend
         many = getattr(b, "matmul_many", None)
-        if many is not None and all(lin.backend is b and lin.row_invariant and x.shape[0] <= lin.row_set
-                                    for lin, x in zip(linears, xs)):
-            return many([np.ascontiguousarray(x, dtype=np.float32) for x in xs], [lin.packed for lin in linears])
+        if many is not None:
+            # a plain loop, not all() over a generator: a 35B-A3B token makes 80 of these calls of ~10 products
+            for lin, x in zip(linears, xs):
+                if lin.backend is not b or not lin.row_invariant or x.shape[0] > lin.row_set:
+                    break
+            else:
+                return many([x if x.dtype is _F32 and x.flags.c_contiguous else np.ascontiguousarray(x, dtype=np.float32)
+                             for x in xs], [lin.packed for lin in linears])
     return [lin(x) for lin, x in zip(linears, xs)]

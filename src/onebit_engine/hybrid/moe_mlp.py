@@ -83,15 +83,23 @@ class MoeMLP:
         one backend call and the down projections in another (the ``DenseMLP`` math, step for step), the
         SwiGLU gate once over every pair (elementwise: the bits of a call per expert, tested).
         -> (y [P, D], gated shared output or None)."""
-        x = h[rows]  # [P, D]: the rows of every (row, expert) pair, expert by expert
-        xs = [x[a:b] for a, b in zip(cuts, cuts[1:])]
         mlps = [self.experts[e] for e in ids.tolist()]
         m = len(mlps)
+        if h.shape[0] == 1:  # a token: every pair's row is h itself, one input the backend quantizes once
+            xs = [h] * m
+        else:
+            x = h[rows]  # [P, D]: the rows of every (row, expert) pair, expert by expert
+            xs = [x[a:b] for a, b in zip(cuts, cuts[1:])]
         shared = [self.shared] if self.shared is not None else []
         gates = [self.shared_gate] if self.shared is not None else []
         ups = run_many([e.gate_up for e in mlps + shared] + gates, xs + [h] * (len(shared) + len(gates)))
-        acts = self.ops.silu_mul(np.concatenate(ups[:m])) if m else None  # [P, I]
-        ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])] + [self.ops.silu_mul(ups[m]) for _ in shared]
+        P = cuts[-1] if m else 0
+        if shared and m and ups[m].shape[1] == ups[0].shape[1]:  # one SwiGLU call for the routed and the shared rows
+            acts = self.ops.silu_mul(np.concatenate(ups[: m + 1]))  # [P + R, I]: elementwise, the bits of two calls
+            ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])] + [acts[P:]]
+        else:
+            acts = self.ops.silu_mul(np.concatenate(ups[:m])) if m else None  # [P, I]
+            ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])] + [self.ops.silu_mul(ups[m]) for _ in shared]
         ys = run_many([e.down for e in mlps + shared], ins)
         y = np.concatenate(ys[:m]) if m else None
         return y, (sigmoid(ups[-1]) * ys[-1] if shared else None)

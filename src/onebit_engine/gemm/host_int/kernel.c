@@ -389,14 +389,22 @@ int onebit_hi_matmul_many(const hi_weight_t *const *W, const char *const *x, con
     if (chunk < MIN_JOB_TILES) chunk = MIN_JOB_TILES;
     if (chunk < least) chunk = least;
     job_t jobs[MAX_JOBS];
+    const float *xps[MAX_MANY];
     int nj = 0;
     for (int i = 0; i < count; i++) {
-        const float *xp = (const float *)numpy_data(x[i], data_off);
+        const float *xp = xps[i] = (const float *)numpy_data(x[i], data_off);
         float *yp = (float *)numpy_data(y[i], data_off);
-        int8_t *xs = (int8_t *)(buf + off[i]);
-        if (place_rows(W[i], xp, NULL, m[i], xs, q, rowcorr + i * MAX_ROWS, sa + i * MAX_ROWS)) return -16 - i;
+        /* an input an earlier product of the same path, format and shape already placed is not quantized again
+         * (a MoE token's routed experts, shared expert and its gate all read the same row): the same codes */
+        int src = i;
+        for (int j = 0; j < i && src == i; j++)
+            if (xps[j] == xp && m[j] == m[i] && W[j]->k == W[i]->k && W[j]->path == W[i]->path && W[j]->fmt == W[i]->fmt)
+                src = j;
+        int8_t *xs = (int8_t *)(buf + off[src]);
+        if (src == i && place_rows(W[i], xp, NULL, m[i], xs, q, rowcorr + i * MAX_ROWS, sa + i * MAX_ROWS))
+            return -16 - i;
         job_t base = {W[i], path_fn(W[i]), m[i], W[i]->steps > 0 ? W[i]->steps : 1, TILE_W[W[i]->path],
-                      ROW_BLOCK[W[i]->path], CPB[W[i]->fmt], xs, rowcorr + i * MAX_ROWS, sa + i * MAX_ROWS, yp, NULL,
+                      ROW_BLOCK[W[i]->path], CPB[W[i]->fmt], xs, rowcorr + src * MAX_ROWS, sa + src * MAX_ROWS, yp, NULL,
                       NULL, 0, 0};
         for (int64_t t0 = 0; t0 < tiles[i]; t0 += chunk) {
             jobs[nj] = base;
