@@ -38,8 +38,11 @@
 #ifndef PREFETCH_L2_ROWS_VNNI
 #define PREFETCH_L2_ROWS_VNNI 6
 #endif
+/* int4 from 2 rows: 2 threads, cold 17408 x 5120, medians of 80 interleaved calls, L1 -> L2: 3 rows 2.08 -> 1.63 ms,
+ * 2 rows 1.92 -> 1.77, 4 and 5 rows unchanged (int8: no difference at 2-5 rows); inside a 27B verify in a fast-memory
+ * minute a pass of 3 rows had cost 1.40 plain steps against 1.17 for 4 (docs/host-int.md). */
 #ifndef PREFETCH_L2_ROWS_VNNI_INT4
-#define PREFETCH_L2_ROWS_VNNI_INT4 4
+#define PREFETCH_L2_ROWS_VNNI_INT4 2
 #endif
 /* Below this many rows the vnni path issues no software prefetch at all: a 1-row call runs ~1 cycle per step and the
  * hardware prefetcher alone streams better. Zen 4, 2 threads, cold 17408 x 5120 x 24, share of a read stream measured
