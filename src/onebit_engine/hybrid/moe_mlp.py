@@ -93,13 +93,12 @@ class MoeMLP:
         shared = [self.shared] if self.shared is not None else []
         gates = [self.shared_gate] if self.shared is not None else []
         ups = run_many([e.gate_up for e in mlps + shared] + gates, xs + [h] * (len(shared) + len(gates)))
-        P = cuts[-1] if m else 0
-        if shared and m and ups[m].shape[1] == ups[0].shape[1]:  # one SwiGLU call for the routed and the shared rows
-            acts = self.ops.silu_mul(np.concatenate(ups[: m + 1]))  # [P + R, I]: elementwise, the bits of two calls
-            ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])] + [acts[P:]]
-        else:
-            acts = self.ops.silu_mul(np.concatenate(ups[:m])) if m else None  # [P, I]
-            ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])] + [self.ops.silu_mul(ups[m]) for _ in shared]
+        # one SwiGLU call for the routed rows, and the shared expert's too when its width is theirs (elementwise:
+        # the bits of a call each); [P (+ R), I]
+        joint = bool(shared) and m > 0 and ups[m].shape[1] == ups[0].shape[1]
+        acts = self.ops.silu_mul(np.concatenate(ups[: m + joint])) if m else None
+        ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])]
+        ins += [acts[cuts[-1]:] if joint else self.ops.silu_mul(ups[m]) for _ in shared]
         ys = run_many([e.down for e in mlps + shared], ins)
         y = np.concatenate(ys[:m]) if m else None
         return y, (sigmoid(ups[-1]) * ys[-1] if shared else None)
