@@ -245,6 +245,12 @@ def test_whole_proposals_agree(name, temperature, target, tmp_path):
 
 
 def test_ops_names_are_checked():
-    assert resolve_ops("numpy") is NUMPY_OPS and resolve_ops("numba") is NUMBA_OPS and resolve_ops("auto") is NUMBA_OPS
+    from onebit_engine.draft.ops import compiled_ops
+
+    compiled = compiled_ops()  # NUMBA_OPS, with its attention on the host-int pool where that library loads
+    assert resolve_ops("numpy") is NUMPY_OPS and resolve_ops("numba") is compiled and resolve_ops("auto") is compiled
+    assert compiled.name == "numba" and all(getattr(compiled, f) is getattr(NUMBA_OPS, f)
+                                            for f in ("rms_norm", "heads", "attend", "silu_mul", "softcap"))
+    assert resolve_ops(NUMPY_OPS) is NUMPY_OPS  # a table passes through
     with pytest.raises(ConfigError, match="'fast' is not one of"):
         resolve_ops("fast")

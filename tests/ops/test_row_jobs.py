@@ -3,10 +3,10 @@
 * each op, forced onto 2 and 3 threads (the work rule set to take any call), against the function the
   one-thread path runs, for 2..9 rows; the delta-net's prep also from a random conv state (rows 0..2 read it)
   and with and without recorded rows; its conv state after the call;
-* the whole target: a verify and a step on the delta.c table with the row jobs forced, bitwise against the
+* the whole target: a verify and a step on the delta.c table with the row pool_jobs forced, bitwise against the
   numba table on one thread;
 * the work rule: one row, one thread or little work stay on the caller's thread.
-A pool that ran only half the jobs fails these tests (checked by hand when they were written).
+A pool that ran only half the pool_jobs fails these tests (checked by hand when they were written).
 """
 from __future__ import annotations
 
@@ -20,30 +20,6 @@ pytestmark = pytest.mark.skipif(not row_jobs.row_jobs_ready(), reason="needs num
 F32 = np.float32
 
 
-def _lib():
-    from onebit_engine.gemm.host_int import native
-
-    try:
-        return native.load("main")
-    except native.NativeUnavailable as e:
-        pytest.skip(f"the host-int library is not built here: {e}")
-
-
-@pytest.fixture
-def jobs(monkeypatch):
-    monkeypatch.setattr(row_jobs, "WORK_NS_PER_THREAD", 1e-9)  # every call of 2+ rows on the pool
-    lib = _lib()
-    calls = []
-
-    def team(*a):
-        calls.append(a)
-        lib.team(*a)
-
-    rj = row_jobs.RowJobs(team, lib.data_off)
-    rj.calls = calls
-    return rj
-
-
 def same(a, b):
     return a.shape == b.shape and np.array_equal(np.asarray(a, F32).view(np.int32), np.asarray(b, F32).view(np.int32))
 
@@ -54,20 +30,20 @@ def rand(rng, *shape, scale=1.0):
 
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("R", [2, 3, 8, 9])
-def test_silu_and_norm_on_the_pool_are_their_one_thread_bits(jobs, threads, R):
+def test_silu_and_norm_on_the_pool_are_their_one_thread_bits(pool_jobs, threads, R):
     from onebit_engine.ops.norm_fast import rms_norm_rows, silu_mul
 
     rng = np.random.default_rng(R)
     y = rand(rng, R, 2 * 300, scale=4.0)
     ref = np.empty((R, 300), F32)
     silu_mul(y, ref)
-    assert same(jobs.silu_mul(y, threads), ref)
+    assert same(pool_jobs.silu_mul(y, threads), ref)
     x, w = rand(rng, R, 257), rand(rng, 257)
     for centred in (True, False):
         ref = np.empty_like(x)
         rms_norm_rows(x, w, F32(1e-6), centred, ref)
-        assert same(jobs.norm(x, w, 1e-6, centred, threads), ref)
-    assert len(jobs.calls) == 3
+        assert same(pool_jobs.norm(x, w, 1e-6, centred, threads), ref)
+    assert len(pool_jobs.calls) == 3
 
 
 def _prep_case(rng, n, R, nk=2, dk=16, dv=8, HV=4):
@@ -79,7 +55,7 @@ def _prep_case(rng, n, R, nk=2, dk=16, dv=8, HV=4):
 
 @pytest.mark.parametrize("record", [False, True])
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
-def test_the_delta_nets_prep_and_finish_on_the_pool_are_the_row_loops_bits(jobs, n, record):
+def test_the_delta_nets_prep_and_finish_on_the_pool_are_the_row_loops_bits(pool_jobs, n, record):
     from onebit_engine.ops.gated_delta_fast import gdn_mixer_finish, gdn_mixer_prep
 
     rng = np.random.default_rng(10 * n + record)
@@ -90,21 +66,21 @@ def test_the_delta_nets_prep_and_finish_on_the_pool_are_the_row_loops_bits(jobs,
              np.zeros((n if record else 0, HV), F32)) for _ in range(2)]
     c_ref, c_got = conv.copy(), conv.copy()
     ref = gdn_mixer_prep(proj, n, c_ref, w, neg_A, dt_bias, nk, dk, dv, HV, *recs[0], np.zeros((0, C, 3), F32))
-    got = jobs.mixer_prep(proj, n, c_got, w, neg_A, dt_bias, nk, dk, dv, HV, *recs[1], 2)
-    assert got is not None and len(jobs.calls) == 1
+    got = pool_jobs.mixer_prep(proj, n, c_got, w, neg_A, dt_bias, nk, dk, dv, HV, *recs[1], 2)
+    assert got is not None and len(pool_jobs.calls) == 1
     assert all(same(a, b) for a, b in zip(got, ref))
     assert same(c_got, c_ref)  # the conv state advanced by the n rows
     assert all(same(a, b) for a, b in zip(recs[0], recs[1]))
     o, norm_w = rand(rng, n, HV, dv), rand(rng, dv)
     out_ref, out_got = np.full((R, HV * dv), 7.0, F32), np.full((R, HV * dv), 7.0, F32)
     gdn_mixer_finish(proj, n, o, norm_w, F32(1e-6), C, out_ref)
-    jobs.mixer_finish(proj, n, o, norm_w, F32(1e-6), C, out_got, 2)
-    assert same(out_got, out_ref) and len(jobs.calls) == 2  # rows past n zeroed
+    pool_jobs.mixer_finish(proj, n, o, norm_w, F32(1e-6), C, out_got, 2)
+    assert same(out_got, out_ref) and len(pool_jobs.calls) == 2  # rows past n zeroed
 
 
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("n,length,heads,kv_heads", [(1, 0, 4, 2), (1, 37, 6, 1), (3, 5, 4, 4), (8, 20, 6, 2)])
-def test_attention_pairs_on_the_pool_are_the_one_thread_bits(jobs, threads, n, length, heads, kv_heads):
+def test_attention_pairs_on_the_pool_are_the_one_thread_bits(pool_jobs, threads, n, length, heads, kv_heads):
     """Every (row, head) pair a job: the output (rows past n zeroed), the appended keys and values and the cache
     before them, bit for bit the one-thread function's; a row attends up to its own key, not past it."""
     from onebit_engine.ops.attention_fast import attention_rows
@@ -119,8 +95,8 @@ def test_attention_pairs_on_the_pool_are_the_one_thread_bits(jobs, threads, n, l
     ref_k, ref_v, ref = keys.copy(), values.copy(), np.full((R, heads * hd), 7.0, F32)
     attention_rows(qkv, n, pos, length, ref_k, ref_v, q_norm, k_norm, F32(eps), freqs, heads, F32(scale), ref)
     got_k, got_v, got = keys.copy(), values.copy(), np.full((R, heads * hd), 7.0, F32)
-    jobs.attention(qkv, n, pos, length, got_k, got_v, q_norm, k_norm, eps, freqs, heads, scale, got, threads)
-    assert len(jobs.calls) == 1 and jobs.calls[0][2] == n * heads  # one pooled call, a job a pair
+    pool_jobs.attention(qkv, n, pos, length, got_k, got_v, q_norm, k_norm, eps, freqs, heads, scale, got, threads)
+    assert len(pool_jobs.calls) == 1 and pool_jobs.calls[0][2] == n * heads  # one pooled call, a job a pair
     assert same(got, ref) and same(got_k, ref_k) and same(got_v, ref_v)
     assert not np.all(got[:n] == 0) and np.all(got[n:] == 0)
 
@@ -134,7 +110,7 @@ def test_the_work_rule_keeps_small_calls_on_the_callers_thread():
     assert rj.silu_mul(y, 2).shape == (8, 4096)
 
 
-def test_a_target_verify_with_row_jobs_is_the_numba_tables_bits(jobs, monkeypatch):
+def test_a_target_verify_with_row_jobs_is_the_numba_tables_bits(pool_jobs, monkeypatch):
     """A small hybrid target on the delta.c table, every row op forced onto 2 threads, against the numba table."""
     from onebit_engine.hybrid import ops as target_ops
     from onebit_engine.hybrid.delta_native import native_delta
@@ -144,13 +120,13 @@ def test_a_target_verify_with_row_jobs_is_the_numba_tables_bits(jobs, monkeypatc
     nd = native_delta()
     if nd is None:
         pytest.skip("delta.c does not run here")
-    pooled, run = [], row_jobs.RowJobs._run
+    pooled, run = [], row_jobs.RowJobs.run
 
     def counted(self, job, *rest):
         pooled.append(job)
         run(self, job, *rest)
 
-    monkeypatch.setattr(row_jobs.RowJobs, "_run", counted)
+    monkeypatch.setattr(row_jobs.RowJobs, "run", counted)
     outs = {}
     for name, table in (("numba", target_ops.NUMBA_OPS), ("native", target_ops.native_delta_ops(nd))):
         t = random_target(seed=3, backend=get_backend("host-int", threads=2), ops=table)

@@ -36,11 +36,11 @@ _PREFIX_ALIASES = (
 _CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
 
 
-def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row_set: int = 8, ops: str = "auto") -> Draft:
+def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row_set: int = 8, ops: Any = "auto") -> Draft:
     """Load the draft in ``path`` for ``target`` (needs ``config``, ``embed_tokens``, ``lm_head``).
 
     ``ops``: the non-GEMM op set, ``"numpy"`` (the readable twins), ``"numba"`` (compiled) or
-    ``"auto"`` (numba when installed); see ``draft.ops``."""
+    ``"auto"`` (numba when installed), or a ``draft.ops.DraftOps`` table; see ``draft.ops``."""
     ops_set = resolve_ops(ops)
     folder = Path(path)
     config = DraftConfig.from_hf(read_config(folder), source=str(folder / "config.json"))

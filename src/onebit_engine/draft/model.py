@@ -225,5 +225,6 @@ class Draft:
         out = self.ops.attention(  # [B', Hq * hd]
             qkv, c.num_attention_heads, c.num_key_value_heads, layer.q_norm, layer.k_norm, cos, sin, c.rms_norm_eps,
             state.caches[i].keys, state.caches[i].values, state.length, self._causal[i], self._windows[i],
+            threads=int(getattr(layer.qkv_proj.backend, "threads", 1)),  # the GEMMs' cores: their pool waits meanwhile
         )
         return layer.o_proj(out)

@@ -8,7 +8,8 @@ shapes; ``tests/draft/test_ops_twins.py`` pins them together.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -17,9 +18,11 @@ from ..ops import norm_fast
 from ..ops.attention import attend_row
 from ..ops.norm import rms_norm, silu
 from ..ops.op_sets import resolve_ops_name
+from ..ops.row_jobs import RowJobs
 from ..ops.rope import rotate_half
 from . import kernels
 from .conv import grouped_dynamic_conv
+from .pool import pooled_attention
 from .selector import greedy_walk, pair_scores, top_candidates
 
 F32 = np.float32
@@ -84,10 +87,11 @@ def attend_numpy(
 
 def attention_numpy(
     qkv: np.ndarray, hq: int, hk: int, q_norm: np.ndarray, k_norm: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-    eps: float, kt: np.ndarray, vc: np.ndarray, s: int, causal: bool, window: int | None,
+    eps: float, kt: np.ndarray, vc: np.ndarray, s: int, causal: bool, window: int | None, threads: int = 1,
 ) -> np.ndarray:
     """The block's attention from its fused q/k/v projection: :func:`heads_numpy` for q and k, then
-    :func:`attend_numpy` (scale hd^-0.5). Shapes: qkv [B, (Hq + 2 Hk) * hd] -> [B, Hq * hd]."""
+    :func:`attend_numpy` (scale hd^-0.5). Shapes: qkv [B, (Hq + 2 Hk) * hd] -> [B, Hq * hd]. ``threads``: the
+    cores the compiled table may use (this twin runs on one)."""
     b, hd = qkv.shape[0], q_norm.shape[0]
     q = heads_numpy(qkv, 0, hq, q_norm, cos, sin, eps)  # [Hq, B, hd]
     kb = heads_numpy(qkv, hq * hd, hk, k_norm, cos, sin, eps)  # [Hk, B, hd]
@@ -140,7 +144,7 @@ def attend_numba(q, kt, vc, s, kb, vb, causal, window, scale):
     return kernels.attend_block(q, kt, vc, s, kb, vb, causal, 0 if window is None else window, F32(scale), out)
 
 
-def attention_numba(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window):
+def attention_numba(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, threads=1):
     hd = q_norm.shape[0]
     out = np.empty((qkv.shape[0], hq * hd), F32)
     return kernels.attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, F32(eps), kt, vc, s, causal,
@@ -178,9 +182,38 @@ NUMBA_OPS = DraftOps(
 )
 
 
-def resolve_ops(name: str) -> DraftOps:
-    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed) -> the op table."""
-    return NUMBA_OPS if resolve_ops_name(name, "draft") == "numba" else NUMPY_OPS
+def pooled_ops(rows: RowJobs) -> DraftOps:
+    """``NUMBA_OPS`` with the block's attention on ``rows``' pool (``draft.pool``): its (row, KV head) pairs as
+    jobs when ``threads`` > 1 and the work pays for them - the bits of ``NUMBA_OPS`` (tests/draft/test_pool.py)."""
+
+    def attention(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, threads=1):
+        hd = q_norm.shape[0]
+        out = np.empty((qkv.shape[0], hq * hd), F32)
+        return pooled_attention(rows, qkv, hq, hk, q_norm, k_norm, cos, sin, F32(eps), kt, vc, s, causal,
+                                0 if window is None else window, F32(hd**-0.5), out, threads)
+
+    return replace(NUMBA_OPS, attention=attention)
 
 
-__all__ = ["DraftOps", "NUMPY_OPS", "NUMBA_OPS", "resolve_ops"]
+@functools.cache
+def compiled_ops() -> DraftOps:
+    """The compiled table this machine runs: :func:`pooled_ops` on the host-int library's pool where the library
+    loads, else ``NUMBA_OPS`` (one thread). Resolved once."""
+    from ..gemm.host_int import native
+
+    try:
+        lib = native.load("main")
+    except native.NativeUnavailable:  # the GEMM backend reports why the library is missing
+        return NUMBA_OPS
+    return pooled_ops(RowJobs(lib.team, lib.data_off))
+
+
+def resolve_ops(name: "str | DraftOps") -> DraftOps:
+    """``"numpy"``, ``"numba"`` or ``"auto"`` (numba when installed: :func:`compiled_ops`) -> the op table; a table
+    passes through."""
+    if isinstance(name, DraftOps):
+        return name
+    return compiled_ops() if resolve_ops_name(name, "draft") == "numba" else NUMPY_OPS
+
+
+__all__ = ["DraftOps", "NUMPY_OPS", "NUMBA_OPS", "compiled_ops", "pooled_ops", "resolve_ops"]

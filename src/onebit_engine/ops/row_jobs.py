@@ -13,7 +13,7 @@ pool hands job i a pointer to its row number; the arguments sit ``A + i`` words 
 argument count, is a constant of its cfunc). An array goes as its object's address, ``id(a)``, and the job
 reads its data pointer at ``DATA_OFF`` bytes into the object (``a.ctypes.data`` costs ~1 us an array, 3 ms a
 27B verify); ``RowJobs`` runs nothing on the pool unless the library found that offset. The caller keeps the
-arrays alive, float32 and C-contiguous for the call (``_plain``).
+arrays alive, float32 and C-contiguous for the call (``plain``).
 """
 from __future__ import annotations
 
@@ -58,65 +58,65 @@ if nb is not None:
     _jit = nb.njit(nogil=True, error_model="numpy")
 
     @_jit
-    def _args(job, A):
+    def job_args(job, A):
         """(row, the call's A argument words) of the job at ``job``."""
         t = carray(job, 1, np.int64)[0]
         return t, carray(_ptr(_int(job) - 8 * (A + t)), A, np.int64)
 
     @_jit
-    def _data(obj):
+    def job_data(obj):
         """The data pointer of the ndarray object at address ``obj``."""
         return _ptr(carray(_ptr(obj + DATA_OFF), 1, np.int64)[0])
 
     @_jit
-    def _f32(obj, rows, cols):
-        return carray(_data(obj), (rows, cols), np.float32)
+    def job_f32(obj, rows, cols):
+        return carray(job_data(obj), (rows, cols), np.float32)
 
     # cache=True: numba keys a cached function on this file alone, yet each job inlines the row functions of
     # norm_fast, gated_delta_fast and attention_fast; NUMBA_INLINES (above) changes with them, which drops the cache
-    _job = nb.cfunc(types.void(types.voidptr), nogil=True, error_model="numpy", cache=True)
+    row_job = nb.cfunc(types.void(types.voidptr), nogil=True, error_model="numpy", cache=True)
 
-    @_job
+    @row_job
     def _silu_job(job):  # args: y, out, R, I
-        t, a = _args(job, 4)
-        y, out = _f32(a[0], a[2], 2 * a[3]), _f32(a[1], a[2], a[3])
+        t, a = job_args(job, 4)
+        y, out = job_f32(a[0], a[2], 2 * a[3]), job_f32(a[1], a[2], a[3])
         silu_mul(y[t:t + 1], out[t:t + 1])
 
-    @_job
+    @row_job
     def _norm_job(job):  # args: x, w, out, eps (float32 [1]), R, D, centred
-        t, a = _args(job, 7)
-        x, out = _f32(a[0], a[4], a[5]), _f32(a[2], a[4], a[5])
-        rms_norm_rows(x[t:t + 1], _f32(a[1], 1, a[5])[0], _f32(a[3], 1, 1)[0, 0], a[6] != 0, out[t:t + 1])
+        t, a = job_args(job, 7)
+        x, out = job_f32(a[0], a[4], a[5]), job_f32(a[2], a[4], a[5])
+        rms_norm_rows(x[t:t + 1], job_f32(a[1], 1, a[5])[0], job_f32(a[3], 1, 1)[0, 0], a[6] != 0, out[t:t + 1])
 
-    @_job
+    @row_job
     def _finish_job(job):  # args: proj, o, norm_w, eps, out, R, P, HV, dv, C
-        t, a = _args(job, 10)
+        t, a = job_args(job, 10)
         R, HV, dv = a[5], a[7], a[8]
-        proj, out = _f32(a[0], R, a[6]), _f32(a[4], R, HV * dv)
-        o = carray(_data(a[1]), (R, HV, dv), np.float32)
-        gdn_mixer_finish(proj[t:t + 1], 1, o[t:t + 1], _f32(a[2], 1, dv)[0], _f32(a[3], 1, 1)[0, 0], a[9], out[t:t + 1])
+        proj, out = job_f32(a[0], R, a[6]), job_f32(a[4], R, HV * dv)
+        o = carray(job_data(a[1]), (R, HV, dv), np.float32)
+        gdn_mixer_finish(proj[t:t + 1], 1, o[t:t + 1], job_f32(a[2], 1, dv)[0], job_f32(a[3], 1, 1)[0, 0], a[9], out[t:t + 1])
 
-    @_job
+    @row_job
     def _prep_job(job):  # args: proj, head, w, neg_A, dt_bias, xs, qs, ks, alphas, betas, rec_mixed, rec_alpha,
-        t, a = _args(job, 22)  # rec_beta, R, P, n, C, HV, n_k_heads, dk, dv, recorded rows (0 or n)
+        t, a = job_args(job, 22)  # rec_beta, R, P, n, C, HV, n_k_heads, dk, dv, recorded rows (0 or n)
         R, P, n, C, HV, nk, dk, dv, nr = a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20], a[21]
-        gdn_mixer_prep_row(_f32(a[0], R, P), t, _f32(a[1], 3, C), _f32(a[2], C, 4), _f32(a[3], 1, HV)[0],
-                           _f32(a[4], 1, HV)[0], nk, dk, dv, _f32(a[5], n, C),
-                           carray(_data(a[6]), (n, nk, dk), np.float32), carray(_data(a[7]), (n, nk, dk), np.float32),
-                           _f32(a[8], n, HV), _f32(a[9], n, HV), _f32(a[10], nr, C), _f32(a[11], nr, HV),
-                           _f32(a[12], nr, HV))
+        gdn_mixer_prep_row(job_f32(a[0], R, P), t, job_f32(a[1], 3, C), job_f32(a[2], C, 4), job_f32(a[3], 1, HV)[0],
+                           job_f32(a[4], 1, HV)[0], nk, dk, dv, job_f32(a[5], n, C),
+                           carray(job_data(a[6]), (n, nk, dk), np.float32), carray(job_data(a[7]), (n, nk, dk), np.float32),
+                           job_f32(a[8], n, HV), job_f32(a[9], n, HV), job_f32(a[10], nr, C), job_f32(a[11], nr, HV),
+                           job_f32(a[12], nr, HV))
 
-    @_job
+    @row_job
     def _attend_job(job):  # args: qkv, keys, values, q_norm, cos, sin, out, eps_scale (float32 [2]), R, P, length,
-        j, a = _args(job, 16)  # H, HKV, hd, capacity, rot; job j is the pair (row j // H, head j % H)
+        j, a = job_args(job, 16)  # H, HKV, hd, capacity, rot; job j is the pair (row j // H, head j % H)
         R, P, length, H, HKV, hd, cap, rot = a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]
         t, h = j // H, j % H
-        es = _f32(a[7], 1, 2)[0]
-        keys = carray(_data(a[1]), (HKV, hd, cap), np.float32)
-        values = carray(_data(a[2]), (HKV, cap, hd), np.float32)
+        es = job_f32(a[7], 1, 2)[0]
+        keys = carray(job_data(a[1]), (HKV, hd, cap), np.float32)
+        values = carray(job_data(a[2]), (HKV, cap, hd), np.float32)
         n = t + 1  # the rows this pair may see: the cache up to its own row
-        attention_attend(_f32(a[0], R, P), t, h, length, keys, values, _f32(a[3], 1, hd)[0], es[0],
-                         _f32(a[4], n, rot), _f32(a[5], n, rot), H, es[1], _f32(a[6], R, H * hd),
+        attention_attend(job_f32(a[0], R, P), t, h, length, keys, values, job_f32(a[3], 1, hd)[0], es[0],
+                         job_f32(a[4], n, rot), job_f32(a[5], n, rot), H, es[1], job_f32(a[6], R, H * hd),
                          np.empty(hd, np.float32), np.empty(hd, np.float32), np.empty(length + n, np.float32))
 
 
@@ -139,12 +139,12 @@ def threads_for(rows: int, work_ns: float, threads: int) -> int:
     return max(1, min(threads, rows, int(work_ns // WORK_NS_PER_THREAD)))
 
 
-def _plain(*arrays: np.ndarray) -> bool:
+def plain(*arrays: np.ndarray) -> bool:
     """Whether the jobs can read these arrays by address: float32, C-contiguous (else the one-thread call)."""
     return all(a.dtype == F32 and a.flags.c_contiguous for a in arrays)
 
 
-_addr = id  # the object's address: the jobs read its data pointer (DATA_OFF)
+addr = id  # the object's address: the jobs read its data pointer (DATA_OFF)
 
 
 class RowJobs:
@@ -158,7 +158,7 @@ class RowJobs:
     def threads(self, rows: int, work_ns: float, threads: int) -> int:
         return threads_for(rows, work_ns, threads) if self._ok else 1
 
-    def _run(self, job, args: list, n: int, t: int) -> None:
+    def run(self, job, args: list, n: int, t: int) -> None:
         buf = np.array(args + list(range(n)), np.int64)
         self._team(job.address, buf.ctypes.data + 8 * len(args), n, t)  # the arrays in args live in the caller
 
@@ -166,32 +166,32 @@ class RowJobs:
         R, I = y.shape[0], y.shape[1] // 2
         out = np.empty((R, I), F32)
         t = self.threads(R, NS_SILU * R * I, threads)
-        if t < 2 or not _plain(y):
+        if t < 2 or not plain(y):
             silu_mul(y, out)
         else:
-            self._run(_silu_job, [_addr(y), _addr(out), R, I], R, t)
+            self.run(_silu_job, [addr(y), addr(out), R, I], R, t)
         return out
 
     def norm(self, x: np.ndarray, w: np.ndarray, eps: float, centred: bool, threads: int) -> np.ndarray:
         R, D = x.shape
         out = np.empty_like(x)
         t = self.threads(R, NS_NORM * R * D, threads)
-        if t < 2 or not _plain(x, w):
+        if t < 2 or not plain(x, w):
             rms_norm_rows(x, w, F32(eps), centred, out)
         else:
             e = np.full(1, eps, F32)
-            self._run(_norm_job, [_addr(x), _addr(w), _addr(out), _addr(e), R, D, int(centred)], R, t)
+            self.run(_norm_job, [addr(x), addr(w), addr(out), addr(e), R, D, int(centred)], R, t)
         return out
 
     def mixer_finish(self, proj, n, o, norm_w, eps, C, out, threads: int) -> None:
         """``gated_delta_fast._mixer_finish``'s effect: rows 0..n-1 of out, the rest zeroed."""
         HV, dv = o.shape[1], o.shape[2]
         t = self.threads(n, NS_FINISH * n * HV * dv, threads)
-        if t < 2 or not _plain(proj, o, norm_w, out):
+        if t < 2 or not plain(proj, o, norm_w, out):
             gdn_mixer_finish(proj, n, o, norm_w, eps, C, out)
             return
         e = np.full(1, eps, F32)
-        self._run(_finish_job, [_addr(proj), _addr(o), _addr(norm_w), _addr(e), _addr(out), proj.shape[0],
+        self.run(_finish_job, [addr(proj), addr(o), addr(norm_w), addr(e), addr(out), proj.shape[0],
                                 proj.shape[1], HV, dv, C], n, t)
         out[n:] = 0.0
 
@@ -204,7 +204,7 @@ class RowJobs:
         pairs = n * H
         work = pairs * ((length + (n + 1) / 2) * hd * NS_ATTEND_KEY_DIM + NS_ATTEND_PAIR)
         t = self.threads(pairs, work, threads)
-        if t < 2 or not _plain(qkv, keys, values, q_norm, k_norm, freqs, out):
+        if t < 2 or not plain(qkv, keys, values, q_norm, k_norm, freqs, out):
             attention_rows(qkv, n, pos, length, keys, values, q_norm, k_norm, F32(eps), freqs, H, F32(scale), out)
             return
         rot = 2 * freqs.shape[0]
@@ -212,8 +212,8 @@ class RowJobs:
         attention_angles(n, pos, freqs, cos, sin)
         attention_append(qkv, n, length, keys, values, k_norm, F32(eps), cos, sin, H)
         es = np.array([eps, scale], F32)
-        self._run(_attend_job, [_addr(qkv), _addr(keys), _addr(values), _addr(q_norm), _addr(cos), _addr(sin),
-                                _addr(out), _addr(es), qkv.shape[0], qkv.shape[1], length, H, HKV, hd, cap, rot],
+        self.run(_attend_job, [addr(qkv), addr(keys), addr(values), addr(q_norm), addr(cos), addr(sin),
+                                addr(out), addr(es), qkv.shape[0], qkv.shape[1], length, H, HKV, hd, cap, rot],
                   pairs, t)
         out[n:] = 0.0
 
@@ -224,7 +224,7 @@ class RowJobs:
         None where the rule keeps it on one thread (the caller runs ``_mixer_prep``)."""
         C = conv.shape[0]
         t = self.threads(n, NS_PREP * n * C, threads)
-        if t < 2 or w.shape[1] != 4 or not _plain(proj, conv, w, neg_A, dt_bias, rec_mixed, rec_alpha, rec_beta):
+        if t < 2 or w.shape[1] != 4 or not plain(proj, conv, w, neg_A, dt_bias, rec_mixed, rec_alpha, rec_beta):
             return None
         xs, alphas, betas = np.empty((n, C), F32), np.empty((n, HV), F32), np.empty((n, HV), F32)
         qs, ks = np.empty((n, n_k_heads, dk), F32), np.empty((n, n_k_heads, dk), F32)
@@ -233,8 +233,8 @@ class RowJobs:
         if nr not in (0, n):
             raise ValueError(f"mixer_prep: {nr} recorded rows for a call of {n} (0 or n)")
         rec = (rec_mixed, rec_alpha, rec_beta) if nr else (xs, alphas, betas)  # any valid address when not recording
-        self._run(_prep_job, [_addr(proj), _addr(head), _addr(w), _addr(neg_A), _addr(dt_bias), _addr(xs), _addr(qs),
-                              _addr(ks), _addr(alphas), _addr(betas), *map(_addr, rec), proj.shape[0], proj.shape[1],
+        self.run(_prep_job, [addr(proj), addr(head), addr(w), addr(neg_A), addr(dt_bias), addr(xs), addr(qs),
+                              addr(ks), addr(alphas), addr(betas), *map(addr, rec), proj.shape[0], proj.shape[1],
                               n, C, HV, n_k_heads, dk, dv, nr], n, t)
         gdn_conv4_advance(conv, proj, n)
         return xs, qs, ks, alphas, betas

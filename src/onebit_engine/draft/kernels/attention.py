@@ -51,61 +51,80 @@ def norm_rope_heads(y, col0, weight, cos, sin, eps, out):
 
 
 @jit
+def block_keys_t(kb):
+    """The block's keys in the context's transposed layout. Shapes: kb [Hk, B, hd] -> [Hk, hd, B]."""
+    hk, b, hd = kb.shape
+    kbt = np.empty((hk, hd, b), np.float32)
+    for h in range(hk):
+        for j in range(b):
+            for d in range(hd):
+                kbt[h, d, j] = kb[h, j, d]
+    return kbt
+
+
+@jit
 def attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out):
     """Block rows attend to [context; block] keys without concatenating them (the mask of docs/draft.md).
 
     Shapes: q [Hq, B, hd]; kt [Hk, hd, >= s] context keys transposed (``DraftState.kt``); vc [Hk, >= s, hd];
     kb, vb [Hk, B, hd] block keys/values at positions s..s+B-1; out [B, Hq*hd] (written, returned).
-    ``window`` <= 0 means no window. Per (row, head): scores, softmax with the max subtracted, the
-    probabilities normalised, then the value sum (the twin's order of steps). Each row's sums run
-    over its own visible keys in a fixed order, so its bits depend on nothing else.
+    ``window`` <= 0 means no window. Each (row, KV head) is :func:`attend_pair`, in any order: the pool's
+    jobs (``draft.pool``) run the same function on the same inputs, so they write the same bits.
     """
-    hq, b, hd = q.shape
-    hk = kb.shape[0]
-    g = hq // hk
-    kbt = np.empty((hk, hd, b), np.float32)  # block keys in the context's layout
-    for h in range(hk):
-        for j in range(b):
-            for d in range(hd):
-                kbt[h, d, j] = kb[h, j, d]
+    hk, b, hd = kb.shape
+    kbt = block_keys_t(kb)
     sc = np.empty((2, s + b), np.float32)
     acc = np.empty((2, hd), np.float32)
     for j in range(b):
-        qpos = s + j
-        lo = 0
-        hi = qpos + 1 if causal else s + b
-        if window > 0:
-            lo = max(lo, qpos - window + 1)
-            if not causal:
-                hi = min(hi, qpos + window)
-        c_lo, c_hi = min(lo, s), min(hi, s)  # context part [c_lo, c_hi)
-        b_lo, b_hi = max(lo, s) - s, max(hi, s) - s  # block part, block-relative
-        nc, n = c_hi - c_lo, c_hi - c_lo + b_hi - b_lo
-        r0, r1 = sc[0, :n], sc[1, :n]
-        a0, a1 = acc[0], acc[1]
         for kh in range(hk):
-            for h in range(kh * g, (kh + 1) * g, 2):  # query heads in pairs: one pass over their shared K/V
-                if h + 1 < (kh + 1) * g:
-                    _scores2(r0[:nc], r1[:nc], q[h, j], q[h + 1, j], kt[kh], c_lo)
-                    _scores2(r0[nc:], r1[nc:], q[h, j], q[h + 1, j], kbt[kh], b_lo)
-                    _softmax(r0, scale)
-                    _softmax(r1, scale)
-                    for d in range(hd):
-                        a0[d] = 0.0
-                        a1[d] = 0.0
-                    _weighted_sum2(a0, a1, r0[:nc], r1[:nc], vc[kh], c_lo)
-                    _weighted_sum2(a0, a1, r0[nc:], r1[nc:], vb[kh], b_lo)
-                    out[j, (h + 1) * hd : (h + 2) * hd] = a1
-                else:  # the same arithmetic per head, alone
-                    _scores(r0[:nc], q[h, j], kt[kh], c_lo)
-                    _scores(r0[nc:], q[h, j], kbt[kh], b_lo)
-                    _softmax(r0, scale)
-                    for d in range(hd):
-                        a0[d] = 0.0
-                    _weighted_sum(a0, r0[:nc], vc[kh], c_lo)
-                    _weighted_sum(a0, r0[nc:], vb[kh], b_lo)
-                out[j, h * hd : (h + 1) * hd] = a0
+            attend_pair(q, kt, vc, s, kbt, vb, causal, window, scale, j, kh, sc, acc, out)
     return out
+
+
+@jit
+def attend_pair(q, kt, vc, s, kbt, vb, causal, window, scale, j, kh, sc, acc, out):
+    """Row j's query heads that share KV head kh: out[j, their columns]. Per head: scores, softmax with the max
+    subtracted, the probabilities normalised, then the value sum (the twin's order of steps), over the row's own
+    visible keys in a fixed order, so its bits depend on nothing else. Heads go two at a time (one pass over
+    their shared keys and values, each head with exactly its own arithmetic).
+
+    Shapes: q [Hq, B, hd]; kt, vc as :func:`attend_block`; kbt [Hk, hd, B] (:func:`block_keys_t`); vb
+    [Hk, B, hd]; sc [2, >= s + B], acc [2, hd] scratch; out [B, Hq*hd]."""
+    hq, b, hd = q.shape
+    g = hq // kbt.shape[0]
+    qpos = s + j
+    lo = 0
+    hi = qpos + 1 if causal else s + b
+    if window > 0:
+        lo = max(lo, qpos - window + 1)
+        if not causal:
+            hi = min(hi, qpos + window)
+    c_lo, c_hi = min(lo, s), min(hi, s)  # context part [c_lo, c_hi)
+    b_lo, b_hi = max(lo, s) - s, max(hi, s) - s  # block part, block-relative
+    nc, n = c_hi - c_lo, c_hi - c_lo + b_hi - b_lo
+    r0, r1 = sc[0, :n], sc[1, :n]
+    a0, a1 = acc[0], acc[1]
+    for h in range(kh * g, (kh + 1) * g, 2):  # query heads in pairs: one pass over their shared K/V
+        if h + 1 < (kh + 1) * g:
+            _scores2(r0[:nc], r1[:nc], q[h, j], q[h + 1, j], kt[kh], c_lo)
+            _scores2(r0[nc:], r1[nc:], q[h, j], q[h + 1, j], kbt[kh], b_lo)
+            _softmax(r0, scale)
+            _softmax(r1, scale)
+            for d in range(hd):
+                a0[d] = 0.0
+                a1[d] = 0.0
+            _weighted_sum2(a0, a1, r0[:nc], r1[:nc], vc[kh], c_lo)
+            _weighted_sum2(a0, a1, r0[nc:], r1[nc:], vb[kh], b_lo)
+            out[j, (h + 1) * hd : (h + 2) * hd] = a1
+        else:  # the same arithmetic per head, alone
+            _scores(r0[:nc], q[h, j], kt[kh], c_lo)
+            _scores(r0[nc:], q[h, j], kbt[kh], b_lo)
+            _softmax(r0, scale)
+            for d in range(hd):
+                a0[d] = 0.0
+            _weighted_sum(a0, r0[:nc], vc[kh], c_lo)
+            _weighted_sum(a0, r0[nc:], vb[kh], b_lo)
+        out[j, h * hd : (h + 1) * hd] = a0
 
 
 @jit
@@ -122,9 +141,9 @@ def _softmax(row, scale):
 
 
 @jit
-def attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, scale, out):
-    """:func:`attend_block` straight from the fused q/k/v projection: heads split, q/k normed and rotated
-    (:func:`norm_rope_heads`), then attention. Shapes: qkv [B, (Hq + 2 Hk) * hd]; the rest as there."""
+def block_heads(qkv, hq, hk, q_norm, k_norm, cos, sin, eps):
+    """The block's q, k, v heads from its fused projection, q and k normed and rotated (:func:`norm_rope_heads`).
+    Shapes: qkv [B, (Hq + 2 Hk) * hd] -> q [Hq, B, hd], kb [Hk, B, hd], vb [Hk, B, hd]."""
     b, hd = qkv.shape[0], q_norm.shape[0]
     q = norm_rope_heads(qkv, 0, q_norm, cos, sin, eps, np.empty((hq, b, hd), np.float32))
     kb = norm_rope_heads(qkv, hq * hd, k_norm, cos, sin, eps, np.empty((hk, b, hd), np.float32))
@@ -134,6 +153,14 @@ def attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal,
             src = qkv[j, (hq + hk + h) * hd : (hq + hk + h + 1) * hd]
             for d in range(hd):
                 vb[h, j, d] = src[d]
+    return q, kb, vb
+
+
+@jit
+def attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, scale, out):
+    """:func:`attend_block` straight from the fused q/k/v projection (:func:`block_heads`).
+    Shapes: qkv [B, (Hq + 2 Hk) * hd]; the rest as there."""
+    q, kb, vb = block_heads(qkv, hq, hk, q_norm, k_norm, cos, sin, eps)
     return attend_block(q, kt, vc, s, kb, vb, causal, window, scale, out)
 
 
