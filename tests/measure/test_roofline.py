@@ -133,6 +133,7 @@ def test_summary_carries_the_ceiling_and_the_share_of_it(pair):
     assert out["speedup_vs_plain"] == 2.0 and out["speedup_one_pass_vs_plain"] == 1.75
     assert out["phase_ms"]["verify"] == 2.0 and out["phase_ms_one_pass"]["verify"] == 3.0
     assert out["verify_passes"] == {"2+2": 1}
+    assert out["verify_full_ms"] == {"mean": 3.0, "median": 3.0, "rounds": 1}  # the loop's threads' one-pass rounds
     assert roof["staged_verify_floor_ms"] <= roof["verify_floor_ms"] + 1e-12
     assert _summarize(target, profile("0.8", 3), 3, [1, 2], rates, rounds, [], [1, 2, 3])["roofline"] is None
 

@@ -94,3 +94,17 @@ def test_paired_steps_run_plain_decodings_steps_each_after_its_reads():
     with pytest.raises(ValueError, match="reads=0"):
         paired_steps(target, prompt, truth[:1], stream, reads=0)
     assert np.isfinite([s for _, s in pairs]).all()
+
+
+def test_pass_prices_are_the_planners_recent_medians_by_rows():
+    from onebit_engine.loop.stages import RECENT, StagePlanner
+    from onebit_engine.measure.scale_bench import pass_prices
+
+    p = StagePlanner("auto")
+    for s in (0.5, 0.1, 0.3) + (0.9,) * RECENT:  # the first three fall out of the recent window of 8 rows
+        p.observe_pass(8, s)
+    p.observe_pass(4, 0.2)
+    p.observe_pass(4, 0.4)
+    assert pass_prices(p) == {"4": {"median_ms": pytest.approx(300.0), "passes": 2},
+                              "8": {"median_ms": pytest.approx(900.0), "passes": RECENT}}
+    assert list(pass_prices(p)) == ["4", "8"] and pass_prices(StagePlanner("auto")) == {}

@@ -52,8 +52,9 @@ def test_bench_shape_reports_every_figure(tmp_path, capsys):
     doc = _json(capsys)
     r = doc["results"]
     for key in ("speedup_vs_plain", "plain_bound_share", "identical_to_plain", "peak_rss_bytes", "huge_page_bytes", "tokens_per_round",
-                "verify_over_plain_step", "draft_over_plain_step"):
+                "verify_over_plain_step", "draft_over_plain_step", "verify_pass_ms", "verify_full_ms"):
         assert key in r, key
+    assert r["verify_pass_ms"] and all(v["median_ms"] > 0 and v["passes"] >= 1 for v in r["verify_pass_ms"].values())
     assert r["identical_to_plain"] is True and set(r["phase_ms"]) >= {"draft", "verify", "commit", "plain_step"}
     assert r["plain_bound_paired"]["steps"] == 11 and r["plain_bound_share"] == r["plain_bound_paired"]["share"] > 0
     assert doc["provenance"]["ops"] in ("numba", "numpy") and doc["provenance"]["delta_rule"] in (

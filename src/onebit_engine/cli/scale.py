@@ -168,8 +168,9 @@ def _print(doc: dict) -> None:
     same = "identical to plain greedy" if r["identical_to_plain"] else f"DIFFERS from plain greedy: {r['mismatches'][:2]}"
     passes = ", ".join(f"{key} {n}" for key, n in r.get("verify_passes", {}).items())
     print(f"\nloop / fastest plain: {f(r['speedup_vs_plain'], 2)}x  (draft: {c['profile']}, k={c['k']}); output {same}")
+    prices = ", ".join(f"{rows} rows {f(v['median_ms'], 1)}" for rows, v in (r.get("verify_pass_ms") or {}).items())
     print(f"verify passes {c['verify_stages']} (rows per pass: rounds): {passes}; the loop in one pass of k+1 rows: "
-          f"{f(r.get('speedup_one_pass_vs_plain'), 2)}x")
+          f"{f(r.get('speedup_one_pass_vs_plain'), 2)}x; the planner's last prices (ms): {prices or 'none'}")
     pp = r.get("plain_bound_paired") or {}
     print(f"plain reads {pb['total'] / 1e9:.2f} GB a token: {f(r['plain_stream_gb_s'], 1)} GB/s; {f(r['plain_bound_share'], 2)} "
           f"of the read stream of the same moment (median of {pp.get('steps', 0)} steps, each after a stream read: "

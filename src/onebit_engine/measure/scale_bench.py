@@ -17,7 +17,8 @@ Figures: ``speedup_vs_plain`` (the fastest loop over the fastest plain decoding)
 memory moves between ~30 and ~57 GB/s from one minute to the next, and a stream read in another minute
 let plain decoding show 1.2x its "bound"), ``plain_bound_share_fastest_read`` (plain tokens/s over
 ``the run's fastest stream read / bytes one plain step reads``: the older, conservative figure), per-phase milliseconds,
-tokens per round, ``identical_to_plain``, ``peak_rss_bytes``, ``huge_page_bytes``, and ``roofline``: the floors
+tokens per round, the verify's passes (their rows by round, and ``verify_pass_ms``: the planner's last prices
+by rows), ``identical_to_plain``, ``peak_rss_bytes``, ``huge_page_bytes``, and ``roofline``: the floors
 of a verify and a draft round on this machine and the loop's ceiling over the plain decoding measured
 (``roofline.ceilings``). A figure that could not be measured is None
 with its reason, never NaN.
@@ -125,6 +126,7 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
         s.close()
     extra = verify_extra_bytes(target, prompt, truth[: k + 1])  # a sparse verify's experts, from real rows' routing
     out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft, extra)
+    out["verify_pass_ms"] = pass_prices(plans[out["loop_threads"]])
     out["peak_rss_bytes"], out["stream_buffer_bytes"], out["huge_page_bytes"] = peak_rss, stream_bytes, huge
     return out
 
@@ -198,6 +200,8 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
         "verify_passes": _pass_counts(rs),
         "verify_over_plain_step": ratio(mean([r.verify_ms for r in full]), same_t_step, "verify_over_plain_step",
                                         "no full-width round or no plain step"),
+        "verify_full_ms": {"mean": mean([r.verify_ms for r in full]), "median": _median([r.verify_ms for r in full]),
+                           "rounds": len(full)},  # the ratio above is the mean's: a slow round counts
         "draft_over_plain_step": ratio(phases["draft"], same_t_step, "draft_over_plain_step", "no round or no plain step"),
         "tokens_per_round": tokens_per_round,
         "multiply_add_gmac_s": gmac,  # the backend's GEMM at k + 1 rows, cache-resident weight: fastest of the run
@@ -209,6 +213,13 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
         "generated_tokens": len(truth), "distinct_generated_tokens": len(set(truth)),
         **({"null_reasons": reasons} if reasons else {}),
     }
+
+
+def pass_prices(plan) -> dict[str, dict]:
+    """What the loop's planner last paid for a verify pass, by its rows: the median of its recent passes (the
+    prices it chose with, ``loop/stages.py``) and how many those are. Rows never run are absent."""
+    return {str(r): {"median_ms": 1e3 * float(np.median(v)), "passes": len(v)}
+            for r, v in sorted(plan.costs.items()) if len(v)}
 
 
 def _pass_counts(rounds) -> dict[str, int]:
