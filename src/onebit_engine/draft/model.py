@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import StateError
 from ..gemm import Linear
+from ..gemm.base import backend_threads
 from ..ops.rope import RopeTable, inv_freq
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
@@ -225,6 +226,6 @@ class Draft:
         out = self.ops.attention(  # [B', Hq * hd]
             qkv, c.num_attention_heads, c.num_key_value_heads, layer.q_norm, layer.k_norm, cos, sin, c.rms_norm_eps,
             state.caches[i].keys, state.caches[i].values, state.length, self._causal[i], self._windows[i],
-            threads=int(getattr(layer.qkv_proj.backend, "threads", 1)),  # the GEMMs' cores: their pool waits meanwhile
+            threads=backend_threads(layer.qkv_proj),
         )
         return layer.o_proj(out)

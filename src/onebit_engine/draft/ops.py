@@ -144,11 +144,16 @@ def attend_numba(q, kt, vc, s, kb, vb, causal, window, scale):
     return kernels.attend_block(q, kt, vc, s, kb, vb, causal, 0 if window is None else window, F32(scale), out)
 
 
-def attention_numba(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, threads=1):
+def _attention_on(rows, qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, threads=1):
+    """The compiled attention, its pairs on ``rows``' pool (``draft.pool``) or, with None, on this thread."""
     hd = q_norm.shape[0]
     out = np.empty((qkv.shape[0], hq * hd), F32)
-    return kernels.attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, F32(eps), kt, vc, s, causal,
-                                 0 if window is None else window, F32(hd**-0.5), out)
+    return pooled_attention(rows, qkv, hq, hk, q_norm, k_norm, cos, sin, F32(eps), kt, vc, s, causal,
+                            0 if window is None else window, F32(hd**-0.5), out, threads)
+
+
+def attention_numba(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, threads=1):
+    return _attention_on(None, qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, 1)
 
 
 def conv_side_numba(y, dyn, base, group_size):
@@ -186,13 +191,7 @@ def pooled_ops(rows: RowJobs) -> DraftOps:
     """``NUMBA_OPS`` with the block's attention on ``rows``' pool (``draft.pool``): its (row, KV head) pairs as
     jobs when ``threads`` > 1 and the work pays for them - the bits of ``NUMBA_OPS`` (tests/draft/test_pool.py)."""
 
-    def attention(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, threads=1):
-        hd = q_norm.shape[0]
-        out = np.empty((qkv.shape[0], hq * hd), F32)
-        return pooled_attention(rows, qkv, hq, hk, q_norm, k_norm, cos, sin, F32(eps), kt, vc, s, causal,
-                                0 if window is None else window, F32(hd**-0.5), out, threads)
-
-    return replace(NUMBA_OPS, attention=attention)
+    return replace(NUMBA_OPS, attention=functools.partial(_attention_on, rows))
 
 
 @functools.cache

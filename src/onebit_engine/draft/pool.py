@@ -24,7 +24,7 @@ F32 = np.float32
 if row_jobs.row_jobs_ready():
     from numba import carray
 
-    from .kernels.attention import attend_pair, block_heads, block_keys_t
+    from .kernels.attention import attend_pair, attention_qkv, block_heads, block_keys_t
     from ..ops.row_jobs import job_args, job_data, row_job
 
     @row_job
@@ -49,14 +49,13 @@ def attention_work_ns(b: int, hq: int, hd: int, s: int, window: int) -> float:
     return b * hq * (keys * hd * NS_ATTEND_KEY_DIM + NS_ATTEND_PAIR)
 
 
-def pooled_attention(rows: RowJobs, qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window,
+def pooled_attention(rows: "RowJobs | None", qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window,
                      scale, out, threads: int) -> np.ndarray:
     """``kernels.attention_qkv``'s result in ``out`` [B, Hq*hd], its (row, KV head) pairs on up to ``threads``
-    threads of the pool where the work pays for them (else the one-thread kernel). window <= 0: none."""
-    from .kernels import attention_qkv
-
+    threads of ``rows``' pool where the work pays for them (else, or with no pool, the one-thread kernel).
+    window <= 0: none."""
     b, hd = qkv.shape[0], q_norm.shape[0]
-    t = rows.threads(b * hk, attention_work_ns(b, hq, hd, s, window), threads)
+    t = 1 if rows is None else rows.threads(b * hk, attention_work_ns(b, hq, hd, s, window), threads)
     if t < 2 or not plain(kt, vc, out):
         return attention_qkv(qkv, hq, hk, q_norm, k_norm, cos, sin, eps, kt, vc, s, causal, window, scale, out)
     q, kb, vb = block_heads(np.ascontiguousarray(qkv), hq, hk, q_norm, k_norm, cos, sin, eps)

@@ -15,7 +15,13 @@ import numpy as np
 
 from ..quant.rows import Stacked, as_rows, load
 
-_F32 = np.dtype(np.float32)  # the dtype singleton: an identity test is the cheapest check
+F32_DTYPE = np.dtype(np.float32)  # the dtype singleton: an identity test is the cheapest check
+
+
+def backend_threads(linear) -> int:
+    """The threads of a projection's GEMM backend, read at each call (a benchmark changes them between runs):
+    the ops between GEMMs that run on the backend's pool take the same cores, which wait between GEMMs."""
+    return int(getattr(linear.backend, "threads", 1))
 
 
 @runtime_checkable
@@ -113,6 +119,6 @@ def run_many(linears: "list[Linear]", xs: "list[np.ndarray]") -> "list[np.ndarra
                 if lin.backend is not b or not lin.row_invariant or x.shape[0] > lin.row_set:
                     break
             else:
-                return many([x if x.dtype is _F32 and x.flags.c_contiguous else np.ascontiguousarray(x, dtype=np.float32)
+                return many([x if x.dtype is F32_DTYPE and x.flags.c_contiguous else np.ascontiguousarray(x, dtype=np.float32)
                              for x in xs], [lin.packed for lin in linears])
     return [lin(x) for lin, x in zip(linears, xs)]

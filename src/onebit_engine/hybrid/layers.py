@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..gemm.base import backend_threads
 from ..ops.kv_cache import KVCache
 from ..ops.rope import inv_freq
 from .config import TargetConfig
@@ -21,12 +22,6 @@ from .ops import AttentionParams, GDNParams, TargetOps, bounds
 from .state import GDNLayerState, TargetState
 
 F32 = np.float32
-
-
-def backend_threads(linear) -> int:
-    """The threads of a projection's GEMM backend, read at each call (a benchmark changes them between runs):
-    the row-independent ops and the delta rule's heads take the same cores, whose pool waits between GEMMs."""
-    return int(getattr(linear.backend, "threads", 1))
 
 
 class GatedDeltaNet:

@@ -26,7 +26,8 @@ from ..quant.io import open_quantized
 from ..quant.table import RowTable
 from .commit import COMMIT_PATHS, commit_verify
 from .config import TargetConfig
-from .layers import DecoderLayer, backend_threads
+from ..gemm.base import backend_threads
+from .layers import DecoderLayer
 from .ops import TargetOps, resolve_ops
 from .state import TargetState, VerifyRecord
 from .weights import check_and_map

@@ -159,7 +159,7 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
     phase_means = lambda rr: {"draft": mean([r.draft_ms for r in rr]), "verify": mean([r.verify_ms for r in rr]),  # noqa: E731
                               "commit": mean([r.commit_ms for r in rr]), "round": mean([r.total_ms for r in rr])}
     phases = phase_means(rs)
-    full = [r for r in rs_one if r.proposed == k]  # verify(k+1): the one-pass loop's full-width rounds
+    full = [r.verify_ms for r in rs_one if r.proposed == k]  # verify(k+1): the one-pass loop's full-width rounds
     bound = ratio(stream * 1e9 if stream else None, sb["total"], "bound_tokens_per_s", "no read stream measured")
     paired_t = max(threads)
     paired = paired_share(rates.get(("paired", paired_t), []), sb["total"])
@@ -198,10 +198,9 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
                                            "plain decoding ran at 0 tokens/s"),
         "phase_ms_one_pass": phase_means(rs_one),
         "verify_passes": _pass_counts(rs),
-        "verify_over_plain_step": ratio(mean([r.verify_ms for r in full]), same_t_step, "verify_over_plain_step",
+        "verify_over_plain_step": ratio(mean(full), same_t_step, "verify_over_plain_step",
                                         "no full-width round or no plain step"),
-        "verify_full_ms": {"mean": mean([r.verify_ms for r in full]), "median": _median([r.verify_ms for r in full]),
-                           "rounds": len(full)},  # the ratio above is the mean's: a slow round counts
+        "verify_full_ms": {"mean": mean(full), "median": _median(full), "rounds": len(full)},  # the ratio is the mean's
         "draft_over_plain_step": ratio(phases["draft"], same_t_step, "draft_over_plain_step", "no round or no plain step"),
         "tokens_per_round": tokens_per_round,
         "multiply_add_gmac_s": gmac,  # the backend's GEMM at k + 1 rows, cache-resident weight: fastest of the run
@@ -219,7 +218,7 @@ def pass_prices(plan) -> dict[str, dict]:
     """What the loop's planner last paid for a verify pass, by its rows: the median of its recent passes (the
     prices it chose with, ``loop/stages.py``) and how many those are. Rows never run are absent."""
     return {str(r): {"median_ms": 1e3 * float(np.median(v)), "passes": len(v)}
-            for r, v in sorted(plan.costs.items()) if len(v)}
+            for r, v in sorted(plan.costs.items())}
 
 
 def _pass_counts(rounds) -> dict[str, int]:

@@ -28,6 +28,7 @@ from ...quant.rows import as_rows, load, quantize_source
 from . import int_kernels, native
 from .arena import TileArena, settle
 from .layout import TiledWeight
+from ..base import F32_DTYPE as _F32
 from ..registry import register
 
 WEIGHT_CODES = {"int8": "int8 [-127,127] max/127", "int4": "int4 [-7,7] max/7", "ternary": "ternary {-1,0,1} absmean"}
@@ -35,7 +36,6 @@ NUMERICS = (
     "weights {codes} per-output-channel scale; activations per-row amax/127, rint half-even, "
     "clip +-127; exact int32 accumulate; y = (acc * sa) * sw in float32"
 )
-_F32 = np.dtype(np.float32)
 DISPATCH = ("avx512vnni", "avx2")  # native paths, fastest first; then numba, numpy
 KERNELS = DISPATCH + ("numba", "numpy", "avx512vnni-emulated")
 _SOURCES = ("int_kernels.py", "backend.py", "native.py", "layout.py", "kernel.c", "avx2.c",

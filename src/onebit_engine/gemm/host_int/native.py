@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import BackendUnavailable
+from ..base import F32_DTYPE as _F32
 from .layout import FORMAT_IDS, PATH_IDS, TiledWeight
 
 HERE = Path(__file__).parent
@@ -38,7 +39,6 @@ VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
 ABI_VERSION = 6
 DELTA_PATHS = {"avx2": 0, "avx512": 1}  # delta.c's paths: 8 or 16 float lanes (the emulated library: 16 only)
 MAX_MANY = 64  # products per matmul_many call (kernel.c)
-_F32 = np.dtype(np.float32)
 _LOADED: "dict[str, NativeKernel]" = {}
 _ERROR: "dict[str, str]" = {}
 
