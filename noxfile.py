@@ -71,7 +71,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python="3.11", default=False, tags=["bench"], name="bench-scale")
 def bench_scale(session: nox.Session) -> None:
-    """Real model shapes, synthesized (needs ~16 GiB of memory, ~35 GB of disk, ~30 min): docs/benchmarks.md's scale table."""
+    """Real model shapes, synthesized (needs ~16 GiB of memory, ~35 GB of disk, ~40 min): docs/benchmarks.md's scale table."""
     session.install("--upgrade", "pip")
     session.install("-e", ".[fast,cli]")
     # BLAS and numba at one thread as everywhere: the GEMM backend's own pool takes the cores each row asks for

@@ -1,6 +1,6 @@
 """The scale rows of docs/benchmarks.md: real model shapes, synthesized, each measured in its own process.
 
-    python tools/scale_report.py                     # every row (about 30 min; 16 GiB of memory, 35 GB of disk)
+    python tools/scale_report.py                     # every row (about 40 min; 16 GiB of memory, 35 GB of disk)
     python tools/scale_report.py --rows 08b,27b      # some of them
     python tools/scale_report.py --write docs/benchmarks.md   # and put the table into that page
 
@@ -40,7 +40,10 @@ BENCH = {
 ROWS = ["rss", "kernel", *BENCH, "regime"]
 # Rows whose runs last about a second take 3x the repeats: at 3, two loops running the same pass schedule in
 # one 0.8B process differed by 12% (1.45 vs 1.64 of plain), more than the effects the rows report.
-MORE_REPEATS = {"08b": 3, "08b-seed": 3, "regime": 3}
+# The 27B and 35B-A3B rows take 2x: their loop is bound by compute and their plain steps by a memory whose speed
+# moves ~1.6x from one minute to the next (a 27B plain step 268-440 ms), so 3 repeats left the 27B a = 0.8 row
+# anywhere in 2.17-2.79 over four runs of the same engine.
+MORE_REPEATS = {"08b": 3, "08b-seed": 3, "regime": 3, "27b": 2, "27b-seed": 2, "35b": 2}
 REGIME_HIDDEN = (128, 256, 512, 1024, 2048)  # 12-layer hybrids of these widths, vocab 32000: ~6 MB to ~0.9 GB of int8
 RSS_SCRIPT = """
 import json, os, resource, sys
@@ -261,7 +264,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {ROWS}")
     ap.add_argument("--json-dir", default=str(ROOT / ".bench" / "scale"))
     ap.add_argument("--cache", default=os.environ.get("ONEBIT_SCALE_CACHE", str(ROOT / ".bench" / "synth")))
-    ap.add_argument("--repeats", type=int, default=3, help="per row (x3 for the rows of MORE_REPEATS)")
+    ap.add_argument("--repeats", type=int, default=3, help="per row (times MORE_REPEATS for its rows: 3 for the short ones, 2 for 27B and 35B-A3B)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--write", metavar="PAGE", help="put the table into this Markdown page (between its scale markers)")
     ap.add_argument("--write-regime", metavar="PAGE", help="put the regime map into this page too (between its regime markers)")

@@ -212,3 +212,37 @@ def test_ties_go_to_fewer_passes():
     from onebit_engine.loop.stages import best_passes
 
     assert best_passes(lambda r: 1.0, lambda d, s: 0.0, 0, 7) == (1.0, 8)  # every schedule costs 1: one pass
+
+
+def test_a_price_is_its_fresh_passes_else_its_newest():
+    """The median of a size's passes of the last FRESH rounds; when none is that recent, its newest pass alone:
+    a median over old passes kept pricing a fast minute's 3 rows (~300 ms) at a slow minute's 436 ms."""
+    from onebit_engine.loop.stages import FRESH
+
+    p = StagePlanner("auto")
+    for s in (0.44, 0.43, 0.45):
+        p.observe_pass(3, s)
+    assert p.cost_ms(3) == pytest.approx(440.0)
+    for _ in range(FRESH):
+        p.observe_round(7, 2)
+    assert p.cost_ms(3) == pytest.approx(450.0)  # nothing fresh: the newest
+    p.observe_pass(3, 0.30)
+    assert p.cost_ms(3) == pytest.approx(300.0)  # one fresh pass outweighs three stale ones
+    p.observe_pass(3, 0.32)
+    assert p.cost_ms(3) == pytest.approx(310.0)
+    assert p.cost_ms(6) == pytest.approx(620.0)  # interpolation reads the same prices (through zero, per row)
+
+
+def test_one_fresh_small_pass_brings_a_split_in():
+    """The table run's case: one pass (579 ms, bound by compute) chosen on a split priced in a slow minute; the
+    split's first pass, tried REFRESH rounds later at a fast minute's price, is chosen from the next round on."""
+    p = planner_with({1: 397.0, 3: 436.0, 7: 482.0, 8: 579.0}, kept=0.8)
+    assert p.rows(0, 7) == 8
+    s = p.best_split(0, 7)
+    for _ in range(REFRESH):
+        p.observe_pass(8, 0.579)
+        p.observe_round(7, 3)
+    assert p.rows(0, 7) == s
+    p.observe_pass(s, 0.300)
+    p.observe_round(7, 3)
+    assert p.rows(0, 7) < 8 and p.cost_ms(s) == pytest.approx(300.0)

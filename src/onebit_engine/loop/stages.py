@@ -12,8 +12,8 @@ random draws at T > 0 (the acceptance draws one number per checked draft, in ord
 
 :class:`StagePlanner` picks each pass's rows to minimise the expected verify time of the rest of the
 round: ``cost(s) + P(the s drafts are all kept) * cost(rows left)``, from two things the loop measures
-as it runs: the wall time of a pass by its rows (the median of the last few) and, from past rounds, how
-often drafts at those positions were kept. A row count not yet measured is priced by interpolating the
+as it runs: the wall time of a pass by its rows (the median of its passes of the last ``FRESH`` rounds, else
+its newest pass alone) and, from past rounds, how often drafts at those positions were kept. A row count not yet measured is priced by interpolating the
 measured ones (through zero below the smallest), an optimistic guess the next pass of that size
 corrects: a schedule is tried at most about once before the measurements decide. One pass, the baseline
 of every choice, runs for the first ``TRUST`` rounds (a run's first round is cold: compiled code, first
@@ -21,6 +21,14 @@ touches) and again every ``REFRESH`` rounds when nothing chose it in between; wh
 best split's first pass runs every ``REFRESH`` rounds likewise. A price taken in a slow minute would
 otherwise never be corrected, since only what is chosen is measured again: a 35B-A3B table run stayed in
 one pass in 23 of 33 rounds (1.11x plain) where the same row by itself split and gave 1.35x.
+
+Prices are fresh ones because the machine is not the same from one minute to the next: on a shared VM
+a 27B int4 pass of 1-4 rows costs ~270-330 ms while the memory is fast and ~410-470 ms while it is slow,
+where 8 rows (bound by compute) cost ~560-580 ms in both. A median over a size's last few passes, however
+old, priced 3 rows at 436 ms in a fast minute (measured at ~300) and kept a table run in one pass for 30 of
+33 rounds (2.17x plain; a first pass of 4 at that minute's prices gives ~2.6x). Since one pass is bound by
+compute, its own time says nothing about the memory's minute: only a small pass does, so the best split's
+first pass is tried every ``REFRESH`` rounds and its newest time prices it.
 
 A split is taken only when it promises ``SPLIT_MARGIN`` less expected time than one pass of the rest. Prices
 are medians of a few passes on a machine whose memory speed drifts by 20% a minute; where a few rows cost
@@ -38,8 +46,9 @@ import numpy as np
 
 from ..errors import ConfigError
 
-RECENT = 5  # passes of one row count whose median prices it: the machine's memory speed drifts
-REFRESH = 16  # rounds after which one pass is run again, so its price is never a stale one
+RECENT = 5  # passes of one row count kept: the median of those of the last FRESH rounds prices it
+FRESH = 8  # rounds a pass's time speaks for the machine's present (its memory speed drifts minute to minute)
+REFRESH = 8  # rounds after which one pass, or the best split's first pass, is run again: no price is a stale one
 TRUST = 3  # one pass is run until it has this many measurements: a cold first round alone does not price it
 SPLIT_MARGIN = 0.08  # a split must promise 8% less expected time than one pass (the module says why)
 PRIOR = 0.5  # pseudo-count of a kept and a missed draft: no history reads as "kept half the time"
@@ -53,7 +62,7 @@ class StagePlanner:
     (its measurements carry over, so a warm-up run trains it)."""
 
     mode: "str | int" = "auto"
-    costs: dict[int, deque] = field(default_factory=dict)  # rows -> recent pass seconds
+    costs: dict[int, deque] = field(default_factory=dict)  # rows -> recent (round count, pass seconds)
     rounds: Counter = field(default_factory=Counter)  # (drafts proposed, drafts kept) -> past rounds
     seen: dict[int, int] = field(default_factory=dict)  # rows -> the round count when a pass of them last ran
     _price: dict = field(default_factory=dict, repr=False)  # rows -> ms, and (done, s) -> P: cleared on news
@@ -117,8 +126,8 @@ class StagePlanner:
 
     def _cost_ms(self, rows: int) -> float:
         if rows in self.costs:
-            return 1e3 * float(np.median(self.costs[rows]))
-        known = sorted((r, 1e3 * float(np.median(v))) for r, v in self.costs.items())
+            return self._measured_ms(rows)
+        known = sorted((r, self._measured_ms(r)) for r in self.costs)
         if not known:
             return float(rows)  # nothing measured: a unit that grows with the rows
         below = [(r, c) for r, c in known if r < rows] or [(0, 0.0)]
@@ -129,8 +138,14 @@ class StagePlanner:
         (r1, c1) = above[0]
         return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
 
+    def _measured_ms(self, rows: int) -> float:
+        """The median of the passes of ``rows`` run in the last FRESH rounds, else the newest one's time."""
+        runs = self.costs[rows]
+        fresh = [sec for at, sec in runs if self._count - at < FRESH] or [runs[-1][1]]
+        return 1e3 * float(np.median(fresh))
+
     def observe_pass(self, rows: int, seconds: float) -> None:
-        self.costs.setdefault(rows, deque(maxlen=RECENT)).append(seconds)
+        self.costs.setdefault(rows, deque(maxlen=RECENT)).append((self._count, seconds))
         self.seen[rows] = self._count
         self._price.clear()
 

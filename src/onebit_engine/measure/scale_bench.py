@@ -215,10 +215,9 @@ def _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft
 
 
 def pass_prices(plan) -> dict[str, dict]:
-    """What the loop's planner last paid for a verify pass, by its rows: the median of its recent passes (the
-    prices it chose with, ``loop/stages.py``) and how many those are. Rows never run are absent."""
-    return {str(r): {"median_ms": 1e3 * float(np.median(v)), "passes": len(v)}
-            for r, v in sorted(plan.costs.items())}
+    """The loop's planner's last price of a verify pass, by its rows (the price it chose with: the median of its
+    fresh passes, else its newest one, ``loop/stages.py``) and how many passes it keeps. Rows never run are absent."""
+    return {str(r): {"median_ms": plan.cost_ms(r), "passes": len(v)} for r, v in sorted(plan.costs.items())}
 
 
 def _pass_counts(rounds) -> dict[str, int]:
