@@ -246,3 +246,18 @@ def test_one_fresh_small_pass_brings_a_split_in():
     p.observe_pass(s, 0.300)
     p.observe_round(7, 3)
     assert p.rows(0, 7) < 8 and p.cost_ms(s) == pytest.approx(300.0)
+
+
+def test_no_split_is_priced_again_where_no_split_can_pay():
+    """Every draft kept: even at each row's share of one pass a split saves nothing, so the best split's first
+    pass is not re-run every REFRESH rounds (1 + 7 rows had cost a 27B round ~200 ms each time); with drafts
+    missed it is."""
+    prices = {**{r: 900.0 for r in range(1, 8)}, 8: 634.0}
+    p = planner_with(prices, kept=1.0)
+    assert not p.may_pay(0, 7, p.best_split(0, 7))
+    for _ in range(2 * REFRESH):
+        assert p.rows(0, 7) == 8
+        p.observe_pass(8, 0.634)
+        p.observe_round(7, 7)
+    q = planner_with(prices, kept=0.8)
+    assert all(q.may_pay(0, 7, s) for s in range(1, 8))

@@ -10,17 +10,18 @@ are the ones a single pass gives (a verify's rows are bitwise single steps, and 
 its rows commits them by the ``keep`` path), so the output does not depend on the schedule; nor do the
 random draws at T > 0 (the acceptance draws one number per checked draft, in order, and the bonus once).
 
-:class:`StagePlanner` picks each pass's rows to minimise the expected verify time of the rest of the
-round: ``cost(s) + P(the s drafts are all kept) * cost(rows left)``, from two things the loop measures
-as it runs: the wall time of a pass by its rows (the median of its passes of the last ``FRESH`` rounds, else
-its newest pass alone) and, from past rounds, how often drafts at those positions were kept. A row count not yet measured is priced by interpolating the
-measured ones (through zero below the smallest), an optimistic guess the next pass of that size
-corrects: a schedule is tried at most about once before the measurements decide. One pass, the baseline
-of every choice, runs for the first ``TRUST`` rounds (a run's first round is cold: compiled code, first
-touches) and again every ``REFRESH`` rounds when nothing chose it in between; while one pass is chosen, the
-best split's first pass runs every ``REFRESH`` rounds likewise. A price taken in a slow minute would
-otherwise never be corrected, since only what is chosen is measured again: a 35B-A3B table run stayed in
-one pass in 23 of 33 rounds (1.11x plain) where the same row by itself split and gave 1.35x.
+:class:`StagePlanner` picks each pass's rows to minimise the expected verify time of the rest of the round:
+``cost(s) + P(the s drafts are all kept) * cost(rows left)``, from two things the loop measures as it runs:
+the wall time of a pass by its rows (the median of its passes of the last ``FRESH`` rounds, else its newest
+pass alone) and, from past rounds, how often drafts at those positions were kept. A row count not yet measured
+is priced by interpolating the measured ones (through zero below the smallest), an optimistic guess the next
+pass of that size corrects: a schedule is tried at most about once before the measurements decide. One pass,
+the baseline of every choice, runs for the first ``TRUST`` rounds (a run's first round is cold: compiled code,
+first touches) and again every ``REFRESH`` rounds when nothing chose it in between; while one pass is chosen,
+the best split's first pass runs every ``REFRESH`` rounds likewise, unless it could not win even if each row
+cost its share of one pass (where every draft is kept, no split can). A price taken in a slow minute would
+otherwise never be corrected, since only what is chosen is measured again: a 35B-A3B table run stayed in one
+pass in 23 of 33 rounds (1.11x plain) where the same row by itself split and gave 1.35x.
 
 Prices are fresh ones because the machine is not the same from one minute to the next: on a shared VM
 a 27B int4 pass of 1-4 rows costs ~270-330 ms while the memory is fast and ~410-470 ms while it is slow,
@@ -47,8 +48,8 @@ import numpy as np
 from ..errors import ConfigError
 
 RECENT = 5  # passes of one row count kept: the median of those of the last FRESH rounds prices it
-FRESH = 8  # rounds a pass's time speaks for the machine's present (its memory speed drifts minute to minute)
-REFRESH = 8  # rounds after which one pass, or the best split's first pass, is run again: no price is a stale one
+FRESH = 16  # rounds a pass's time speaks for the machine's present (its memory speed drifts minute to minute)
+REFRESH = 16  # rounds after which one pass, or the best split's first pass, is run again: no price is a stale one
 TRUST = 3  # one pass is run until it has this many measurements: a cold first round alone does not price it
 SPLIT_MARGIN = 0.08  # a split must promise 8% less expected time than one pass (the module says why)
 PRIOR = 0.5  # pseudo-count of a kept and a missed draft: no history reads as "kept half the time"
@@ -90,9 +91,17 @@ class StagePlanner:
             return s
         if done == 0 and left > 0:  # one pass: re-price the best split's first pass every REFRESH rounds
             s = self.best_split(done, left)
-            if s in self.seen and self._count - self.seen[s] >= REFRESH:
+            if s in self.seen and self._count - self.seen[s] >= REFRESH and self.may_pay(done, left, s):
                 return s
         return full
+
+    def may_pay(self, done: int, left: int, s: int) -> bool:
+        """Whether a first pass of s rows could beat one pass at all: priced as if every row cost its share of
+        one pass (the best case for a split: rows share a pass's weight reads, so a row never costs less in a
+        bigger pass). Where every draft is kept no split can, and re-pricing one cost a 27B round ~200 ms every
+        REFRESH rounds (1 + 7 rows: 4.36x plain against 4.53x in one pass)."""
+        rows = s + self.kept_all(done, s) * best_passes(float, self.kept_all, done + s, left - s)[0]
+        return rows < (1.0 - SPLIT_MARGIN) * (left + 1)
 
     def best_split(self, done: int, left: int) -> int:
         """The first pass (rows < left + 1) of the cheapest schedule that splits the rest of the round."""
