@@ -27,7 +27,8 @@ def test_the_table_shows_each_rows_ceiling_and_the_floors(tmp_path, capsys):
     assert "ceiling" not in scale_report.render({"27b": doc})
 
 
-def test_measure_makes_its_cache_and_gives_the_short_rows_more_repeats(tmp_path, monkeypatch):
+def test_measure_makes_its_cache_and_gives_rows_their_repeats(tmp_path, monkeypatch):
+    """The short rows 3x the repeats (one-second runs scatter), the 27B and 35B-A3B rows 2x (their minutes do)."""
     calls = []
 
     def fake_run(cmd, log):
@@ -40,5 +41,5 @@ def test_measure_makes_its_cache_and_gives_the_short_rows_more_repeats(tmp_path,
     docs = scale_report.measure(["27b", "08b", "regime"], tmp_path / "json", cache, 2, 12, io.StringIO())
     assert cache.is_dir()  # a fresh clone's first run: `onebit synth --out` refuses a missing parent
     given = [int(c[c.index("--repeats") + 1]) for c in calls]
-    assert given == [2, 6, 6]
-    assert {r: d["repeats"] for r, d in docs.items()} == {"27b": 2, "08b": 6, "regime": 6}
+    assert given == [4, 6, 6]
+    assert {r: d["repeats"] for r, d in docs.items()} == {"27b": 4, "08b": 6, "regime": 6}
