@@ -96,8 +96,8 @@ def test_paired_steps_run_plain_decodings_steps_each_after_its_reads():
     assert np.isfinite([s for _, s in pairs]).all()
 
 
-def test_pass_prices_are_the_planners_recent_medians_by_rows():
-    from onebit_engine.loop.stages import RECENT, StagePlanner
+def test_pass_prices_are_the_planners_own_prices_by_rows():
+    from onebit_engine.loop.stages import FRESH, RECENT, StagePlanner
     from onebit_engine.measure.scale_bench import pass_prices
 
     p = StagePlanner("auto")
@@ -108,3 +108,7 @@ def test_pass_prices_are_the_planners_recent_medians_by_rows():
     assert pass_prices(p) == {"4": {"median_ms": pytest.approx(300.0), "passes": 2},
                               "8": {"median_ms": pytest.approx(900.0), "passes": RECENT}}
     assert list(pass_prices(p)) == ["4", "8"] and pass_prices(StagePlanner("auto")) == {}
+    for _ in range(FRESH):
+        p.observe_round(7, 2)
+    p.observe_pass(4, 0.1)  # the price the planner chooses by: the fresh pass, not the median of all three kept
+    assert pass_prices(p)["4"] == {"median_ms": pytest.approx(100.0), "passes": 3}

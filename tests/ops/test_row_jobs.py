@@ -3,10 +3,10 @@
 * each op, forced onto 2 and 3 threads (the work rule set to take any call), against the function the
   one-thread path runs, for 2..9 rows; the delta-net's prep also from a random conv state (rows 0..2 read it)
   and with and without recorded rows; its conv state after the call;
-* the whole target: a verify and a step on the delta.c table with the row pool_jobs forced, bitwise against the
+* the whole target: a verify and a step on the delta.c table with the row jobs forced, bitwise against the
   numba table on one thread;
 * the work rule: one row, one thread or little work stay on the caller's thread.
-A pool that ran only half the pool_jobs fails these tests (checked by hand when they were written).
+A pool that ran only half the jobs fails these tests (checked by hand when they were written).
 """
 from __future__ import annotations
 
