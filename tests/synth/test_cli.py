@@ -68,3 +68,63 @@ def test_bench_shape_reports_every_figure(tmp_path, capsys):
 def test_bench_shape_refusals(tmp_path, capsys, extra, msg):
     assert main(["bench", "--shape", "qwen3.5-0.8b-shrunk", "--cache", str(tmp_path), *extra]) == 2
     assert msg in capsys.readouterr().err
+
+
+def _bench(cache, *extra):
+    return main(["bench", "--shape", "qwen3.5-0.8b-shrunk", "--format", "int8", "--acceptance", "0.8", "--cache", str(cache),
+                 "--max-new-tokens", "9", "--repeats", "1", "--json", *extra])
+
+
+def test_bench_shape_cache_that_is_a_file_or_unwritable(tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("x")
+    assert _bench(f) == 2 and "is a file, not a folder" in capsys.readouterr().err
+    assert _bench(f / "sub") == 2 and "cannot write a synthesized pair there (Not a directory" in capsys.readouterr().err
+    assert f.read_text() == "x"
+
+
+def test_bench_shape_never_deletes_a_folder_synth_did_not_write(tmp_path, capsys):
+    mine = tmp_path / "qwen3.5-0.8b-shrunk-int8-s0"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert _bench(tmp_path) == 2
+    assert "holds files synth did not write" in capsys.readouterr().err and (mine / "notes.txt").read_text() == "keep"
+
+
+def test_bench_shape_rewrites_an_interrupted_pair_and_names_a_damaged_one(tmp_path, capsys):
+    folder = tmp_path / "qwen3.5-0.8b-shrunk-int8-s0"
+    (folder / "target").mkdir(parents=True)  # a write killed before the draft and the marker
+    (folder / "target" / "config.json").write_text("{")
+    assert _bench(tmp_path) == 0 and _json(capsys)["config"]["folder_reused"] is False
+    weights = folder / "target" / "quantized.safetensors"
+    with open(weights, "r+b") as fh:
+        fh.truncate(1000)
+    assert _bench(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"the cached pair {folder} does not load" in err and "truncated" in err and f"delete {folder}" in err
+
+
+def test_bench_shape_waits_for_a_pair_another_process_is_writing(tmp_path, capsys, monkeypatch):
+    """Two benches on one cache: the second takes the pair the first finished, never deletes it half-written."""
+    import fcntl
+    import threading
+
+    from onebit_engine.cli import scale
+
+    lock = tmp_path / ".qwen3.5-0.8b-shrunk-int8-s0.lock"
+    held = open(lock, "a")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    waiting = threading.Event()
+    monkeypatch.setattr(scale.ui, "note", lambda args, text: waiting.set() if text.startswith("waiting for another") else None)
+    writes = []
+    real_write = scale._write
+    monkeypatch.setattr(scale, "_write", lambda *a: (writes.append(a[2]), real_write(*a)))
+    result = []
+    t = threading.Thread(target=lambda: result.append(_bench(tmp_path)))
+    t.start()
+    assert waiting.wait(60)
+    real_write(scale.get_shape("qwen3.5-0.8b-shrunk"), "int8", tmp_path / "qwen3.5-0.8b-shrunk-int8-s0", 0, None)  # the other writer
+    fcntl.flock(held, fcntl.LOCK_UN)
+    held.close()
+    t.join(300)
+    assert result == [0] and writes == [] and _json(capsys)["config"]["folder_reused"] is True

@@ -2,14 +2,17 @@
 benchmark: plain decoding against the loop with an oracle draft, at that size). See docs/cli.md."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError, OnebitError
 from ..measure import resources
 from ..synth import get_shape
 from ..synth.folder import MARKER, marker, plan, synthesize
@@ -64,24 +67,92 @@ def cmd_synth(args) -> int:
     return 0
 
 
-def cached_pair(shape, fmt: str, seed: int, cache: Path, args) -> tuple[Path, bool]:
-    """The synthesized folder for (shape, format, seed) under ``cache``, written when absent or stale."""
+# what synthesize and atomic_folder leave in a pair's folder: a folder holding anything else is not ours to delete
+_OWN = ("target", "draft", MARKER)
+
+
+def cache_root(args) -> tuple[Path, str]:
+    """(the folder synthesized pairs are kept in, how to name it in a message): ``--cache`` or the default."""
+    if args.cache:
+        return Path(args.cache), f"--cache {args.cache}"
+    root = models.cache_dir() / "synth"
+    return root, f"the cache folder {root} (ONEBIT_CACHE_DIR or XDG_CACHE_HOME set it; --cache DIR overrides)"
+
+
+def _writable_folder(root: Path, where: str) -> None:
+    """Make ``root`` (a folder) and prove a file can be created in it, or refuse in one line."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".onebit-probe-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot write a synthesized pair there ({e.strerror}: {e.filename or root}); "
+                          f"give --cache DIR, a writable folder") from None
+
+
+def _ours(folder: Path) -> bool:
+    """Every entry is one synth writes (or a temporary of its interrupted write)."""
+    return all(p.name in _OWN or (p.name.startswith((".target.", ".draft.")) and ".tmp" in p.name) for p in folder.iterdir())
+
+
+def cached_pair(shape, fmt: str, seed: int, cache: Path, args, where: str = "--cache") -> tuple[Path, bool]:
+    """The synthesized folder for (shape, format, seed) under ``cache``, written when absent or stale
+    (another version's marker, or an interrupted write). A folder of that name holding anything synth does
+    not write is refused, never deleted."""
+    if cache.exists() and not cache.is_dir():
+        raise ConfigError(f"{where} is a file, not a folder; give --cache DIR, a folder for the synthesized pairs")
     folder = cache / f"{shape.name}-{fmt}-s{seed}"
     mark = folder / MARKER
     want = marker(shape, fmt, seed)
-    if mark.is_file():
-        try:
-            if json.loads(mark.read_text()) == want:
-                return folder, True
-        except ValueError:
-            pass
-    if folder.exists():
-        import shutil
-
-        shutil.rmtree(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    _write(shape, fmt, folder, seed, args)
+    if _marked(mark, want):
+        return folder, True
+    _writable_folder(cache, where)
+    with _pair_lock(cache / f".{folder.name}.lock", folder, args):
+        if _marked(mark, want):  # another bench wrote it while this one waited
+            return folder, True
+        _replace(shape, fmt, seed, folder, args)
     return folder, False
+
+
+def _marked(mark: Path, want: dict) -> bool:
+    """The pair's marker is there and names this shape, format and seed (written last: the pair is whole)."""
+    try:
+        return mark.is_file() and json.loads(mark.read_text()) == want
+    except (ValueError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def _pair_lock(path: Path, folder: Path, args):
+    """One writer per pair: a second bench on the same cache waits for the first one's pair instead of
+    deleting it half-written (POSIX advisory lock; where fcntl is missing, no lock)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ui.note(args, f"waiting for another onebit process writing {folder}")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _replace(shape, fmt: str, seed: int, folder: Path, args) -> None:
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ConfigError(f"{folder} is in the way of the synthesized pair and is not a folder synth wrote; move it or give another --cache DIR")
+    if folder.exists():
+        if not _ours(folder):
+            raise ConfigError(f"{folder} holds files synth did not write (it writes only {', '.join(_OWN)}); refusing to "
+                              f"replace it - move it or give another --cache DIR")
+        shutil.rmtree(folder)
+    _write(shape, fmt, folder, seed, args)
 
 
 def cmd_scale_bench(args) -> int:
@@ -106,11 +177,19 @@ def cmd_scale_bench(args) -> int:
     _check_memory(shape, fmt, "benchmarking", extra=STREAM_BYTES)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = [args.threads] if args.threads else sorted({1, min(2, usable)})
-    folder, reused = cached_pair(shape, fmt, args.seed, Path(args.cache) if args.cache else models.cache_dir() / "synth", args)
+    cache, where = cache_root(args)
+    folder, reused = cached_pair(shape, fmt, args.seed, cache, args, where)
     ui.note(args, f"{'reusing' if reused else 'wrote'} {folder}; loading {shape.name} ({fmt}) on host-int")
     backend = get_backend("host-int", threads=max(threads))
-    target = load_target(folder / "target", backend=backend, row_set=16)
-    draft = load_draft(folder / "draft", target, backend=backend, row_set=16)
+    try:
+        target = load_target(folder / "target", backend=backend, row_set=16)
+        draft = load_draft(folder / "draft", target, backend=backend, row_set=16)
+    except (OnebitError, OSError) as e:
+        if not reused:
+            raise
+        # the marker is written last, so a damaged pair was changed after synth finished: say how to get a new one
+        raise CheckpointError(f"the cached pair {folder} does not load ({e}); delete {folder} and run again: bench "
+                              f"synthesizes it anew") from None
     prompt = [int(t) for t in np.random.default_rng(args.seed).integers(0, shape.target.vocab_size, PROMPT_TOKENS)]
 
     def set_threads(t: int) -> None:
