@@ -73,6 +73,20 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def temporary_of(name: str) -> str | None:
+    """The destination name a temporary of this module's writes was for (``.out.123-ab.tmp`` -> ``out``), else None."""
+    m = _TMP.match(name)
+    return m.group("name") if m is not None else None
+
+
+def probe_writable(folder: "str | Path", name: str = "probe") -> None:
+    """Create a file in ``folder`` and remove it: raises the OSError where that cannot be done (os.access lies
+    on read-only mounts and for root; creating a file does not)."""
+    fd, probe = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}-", suffix=".tmp", dir=folder)
+    os.close(fd)
+    os.unlink(probe)
+
+
 def sweep_stale(dest: "str | Path") -> list[Path]:
     """Remove the temporaries that killed earlier writes of ``dest`` left behind; returns them."""
     dest = Path(dest)

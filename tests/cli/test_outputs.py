@@ -163,6 +163,18 @@ def test_temporaries_of_killed_runs_are_removed(tmp_path):
     assert dest.read_text() == "{}"
 
 
+def test_temporary_names_and_the_write_probe(tmp_path):
+    """The names the atomic writers give their temporaries, read back (the bench cache tells its own folders by
+    them); the probe leaves nothing behind and raises where no file can be made."""
+    with atomic.atomic_folder(tmp_path / "target") as tmp:
+        assert atomic.temporary_of(tmp.name) == "target"
+    assert atomic.temporary_of("target") is None and atomic.temporary_of(".target.tmp") is None
+    atomic.probe_writable(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+    with pytest.raises(OSError):
+        atomic.probe_writable(tmp_path / "missing")
+
+
 def test_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):
     dest = tmp_path / "r.json"
     dest.write_text("old")

@@ -95,6 +95,7 @@ def test_bench_shape_rewrites_an_interrupted_pair_and_names_a_damaged_one(tmp_pa
     folder = tmp_path / "qwen3.5-0.8b-shrunk-int8-s0"
     (folder / "target").mkdir(parents=True)  # a write killed before the draft and the marker
     (folder / "target" / "config.json").write_text("{")
+    (folder / ".draft.99999999-x1.tmpdir").mkdir()  # and one killed while writing the draft (atomic_folder's name)
     assert _bench(tmp_path) == 0 and _json(capsys)["config"]["folder_reused"] is False
     weights = folder / "target" / "quantized.safetensors"
     with open(weights, "r+b") as fh:

@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 from pathlib import Path
 
-from ..atomic import check_replaceable
+from ..atomic import check_replaceable, probe_writable
 from ..errors import OutputError
 
 # metadata keys of the safetensors files this engine itself writes (probe stage files, quantized weights)
@@ -84,13 +83,11 @@ def _check_folder_writable(dest: Path) -> None:
     folder = dest.parent if str(dest.parent) else Path(".")
     if not folder.is_dir():
         raise OutputError(f"--out {dest}: folder {str(folder)!r} does not exist; create it first or give another path")
-    try:  # os.access lies on read-only mounts and for root; creating a file does not
-        fd, probe = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}-", suffix=".tmp", dir=folder)
+    try:
+        probe_writable(folder, dest.name)
     except OSError as e:
         raise OutputError(f"--out {dest}: cannot create a file in {str(folder)!r} ({e.strerror}); nothing was run - "
                           f"give a writable path") from None
-    os.close(fd)
-    os.unlink(probe)
 
 
 def _checkpoint_file(path: Path) -> str | None:

@@ -7,12 +7,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointError, ConfigError, OnebitError
+from ..atomic import probe_writable, temporary_of
+from ..errors import CheckpointError, ConfigError, MissingExtra, WeightError
 from ..measure import resources
 from ..synth import get_shape
 from ..synth.folder import MARKER, marker, plan, synthesize
@@ -83,9 +83,7 @@ def _writable_folder(root: Path, where: str) -> None:
     """Make ``root`` (a folder) and prove a file can be created in it, or refuse in one line."""
     try:
         root.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".onebit-probe-", dir=root)
-        os.close(fd)
-        os.unlink(probe)
+        probe_writable(root)
     except OSError as e:
         raise ConfigError(f"{where}: cannot write a synthesized pair there ({e.strerror}: {e.filename or root}); "
                           f"give --cache DIR, a writable folder") from None
@@ -93,7 +91,7 @@ def _writable_folder(root: Path, where: str) -> None:
 
 def _ours(folder: Path) -> bool:
     """Every entry is one synth writes (or a temporary of its interrupted write)."""
-    return all(p.name in _OWN or (p.name.startswith((".target.", ".draft.")) and ".tmp" in p.name) for p in folder.iterdir())
+    return all(p.name in _OWN or temporary_of(p.name) in _OWN for p in folder.iterdir())
 
 
 def cached_pair(shape, fmt: str, seed: int, cache: Path, args, where: str = "--cache") -> tuple[Path, bool]:
@@ -184,8 +182,8 @@ def cmd_scale_bench(args) -> int:
     try:
         target = load_target(folder / "target", backend=backend, row_set=16)
         draft = load_draft(folder / "draft", target, backend=backend, row_set=16)
-    except (OnebitError, OSError) as e:
-        if not reused:
+    except (CheckpointError, WeightError, ConfigError, OSError) as e:
+        if not reused or isinstance(e, MissingExtra):  # a missing package is not a damaged pair
             raise
         # the marker is written last, so a damaged pair was changed after synth finished: say how to get a new one
         raise CheckpointError(f"the cached pair {folder} does not load ({e}); delete {folder} and run again: bench "
