@@ -92,3 +92,22 @@ def test_the_loader_releases_every_projection_it_packs(tmp_path, advice, backend
                 break
             at = max(at, b)
         assert at >= hi, f"{r.name}: bytes [{at - lo}, {r.nbytes}) were packed but never released"
+
+
+def test_a_large_written_file_is_synced_then_dropped_from_the_cache_and_a_small_one_is_not(tmp_path, advice, monkeypatch):
+    from onebit_engine.checkpoint.writer import StreamWriter
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append((fd, len(advice))), real_fsync(fd)))
+    a = np.arange(96, dtype=np.float32).reshape(8, 12)
+    with StreamWriter(tmp_path / "small.safetensors", [("w", "F32", a.shape)]) as w:  # the default threshold
+        w.write("w", a)
+    assert synced == [] and advice == []
+    with StreamWriter(tmp_path / "big.safetensors", [("w", "F32", a.shape)], drop_cache_bytes=64) as w:
+        w.write("w", a[:4], partial=True)
+        w.write("w", a[4:], partial=True)
+    size = (tmp_path / "big.safetensors").stat().st_size
+    # synced before the advice (the cache drops clean pages only), the advice over the whole file
+    assert len(synced) == 1 and synced[0][1] == 0 and advice == [(0, size, os.POSIX_FADV_DONTNEED)]
+    assert np.array_equal(file_refs(tmp_path / "big.safetensors")["w"].load(), a)

@@ -90,8 +90,8 @@ class TensorRef:
                 at = self.offset + lo * row
                 got = os.preadv(f.fileno(), [memoryview(out.reshape(-1).view(np.uint8))], at)
                 if release:
-                    _advise(f.fileno(), at, want, "POSIX_FADV_DONTNEED")
-                    _advise(f.fileno(), at + want, want, "POSIX_FADV_WILLNEED")  # the next block, while this one packs
+                    advise(f.fileno(), at, want, "POSIX_FADV_DONTNEED")
+                    advise(f.fileno(), at + want, want, "POSIX_FADV_WILLNEED")  # the next block, while this one packs
             if got != want:
                 raise CheckpointError(f"{self.path}: tensor {self.name} ends early ({got} of {want} bytes at rows "
                                       f"[{lo}, {hi})); the file changed or is truncated - copy it again")
@@ -151,7 +151,7 @@ class TensorRef:
         return np.frombuffer(data, np.uint8).copy()
 
 
-def _advise(fd: int, offset: int, n: int, advice: str) -> None:
+def advise(fd: int, offset: int, n: int, advice: str) -> None:
     """Page-cache advice for ``n`` bytes at ``offset``. Only advice: where the system has no such call, or the
     file system takes none, the bytes read are the same."""
     fadvise = getattr(os, "posix_fadvise", None)

@@ -12,23 +12,34 @@ written first and each tensor's bytes follow in the declared order::
 The file is the one ``safetensors`` writes: an 8-byte little-endian header length, the JSON header
 (padded with spaces to a multiple of 8 bytes), then the data with no gaps. Writing into a temporary
 path and renaming it is the caller's (``atomic.atomic_path`` / ``atomic_folder``).
+
+A file of ``drop_cache_bytes`` or more is synced at ``close`` and its pages dropped from the page cache. Why:
+the host-int backend keeps every weight in 2 MiB huge pages, and a loader run right after a writer (``onebit
+bench --shape`` synthesizes, then loads, in one process) met the memory held by the ~14 GB of pages just
+written, freed in 4 KiB pieces as it read them: 8.7 of 13.0 GB of a 27B target in huge pages, against all of
+it when the same folder was loaded later (docs/host-int.md, "Huge pages even when memory is fragmented").
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CheckpointError
-from .lazy import DTYPES
+from .lazy import DTYPES, advise
+
+DROP_CACHE_BYTES = 256 << 20  # smaller files cannot hold much memory; syncing each would slow the tests' many
 
 
 class StreamWriter:
-    def __init__(self, path: "str | Path", entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict | None = None):
+    def __init__(self, path: "str | Path", entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict | None = None,
+                 *, drop_cache_bytes: int = DROP_CACHE_BYTES):
         self.path = Path(path)
+        self.drop_cache_bytes = drop_cache_bytes
         self.entries = [(n, d, tuple(int(x) for x in s)) for n, d, s in entries]
         header: dict = {"__metadata__": dict(metadata)} if metadata else {}
         at = 0
@@ -69,6 +80,11 @@ class StreamWriter:
     def close(self) -> None:
         if self._f.closed:
             return
+        size = self._f.tell()
+        if size >= self.drop_cache_bytes:  # see the module docstring
+            self._f.flush()
+            os.fsync(self._f.fileno())  # written back first: the cache drops clean pages only
+            advise(self._f.fileno(), 0, size, "POSIX_FADV_DONTNEED")
         self._f.close()
         if self._next != len(self.entries):
             missing = [n for n, _, _ in self.entries[self._next:]]
