@@ -95,16 +95,23 @@ def test_the_loader_releases_every_projection_it_packs(tmp_path, advice, backend
 
 
 def test_a_large_written_file_is_synced_then_dropped_from_the_cache_and_a_small_one_is_not(tmp_path, advice, monkeypatch):
-    from onebit_engine.checkpoint.writer import StreamWriter
+    from onebit_engine.checkpoint import writer
+    from onebit_engine.errors import CheckpointError
 
     synced = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append((fd, len(advice))), real_fsync(fd)))
     a = np.arange(96, dtype=np.float32).reshape(8, 12)
-    with StreamWriter(tmp_path / "small.safetensors", [("w", "F32", a.shape)]) as w:  # the default threshold
+    with writer.StreamWriter(tmp_path / "small.safetensors", [("w", "F32", a.shape)]) as w:  # under the threshold
         w.write("w", a)
     assert synced == [] and advice == []
-    with StreamWriter(tmp_path / "big.safetensors", [("w", "F32", a.shape)], drop_cache_bytes=64) as w:
+    monkeypatch.setattr(writer, "DROP_CACHE_BYTES", 64)
+    with pytest.raises(CheckpointError, match="never written"):  # a file cut short is not worth a sync
+        with writer.StreamWriter(tmp_path / "cut.safetensors", [("w", "F32", a.shape), ("b", "F32", a.shape)]) as w:
+            w.write("w", a)
+            w.close()
+    assert synced == [] and advice == []
+    with writer.StreamWriter(tmp_path / "big.safetensors", [("w", "F32", a.shape)]) as w:
         w.write("w", a[:4], partial=True)
         w.write("w", a[4:], partial=True)
     size = (tmp_path / "big.safetensors").stat().st_size

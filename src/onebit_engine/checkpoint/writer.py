@@ -13,7 +13,7 @@ The file is the one ``safetensors`` writes: an 8-byte little-endian header lengt
 (padded with spaces to a multiple of 8 bytes), then the data with no gaps. Writing into a temporary
 path and renaming it is the caller's (``atomic.atomic_path`` / ``atomic_folder``).
 
-A file of ``drop_cache_bytes`` or more is synced at ``close`` and its pages dropped from the page cache. Why:
+A whole file of ``DROP_CACHE_BYTES`` or more is synced at ``close`` and its pages dropped from the page cache. Why:
 the host-int backend keeps every weight in 2 MiB huge pages, and a loader run right after a writer (``onebit
 bench --shape`` synthesizes, then loads, in one process) met the memory held by the ~14 GB of pages just
 written, freed in 4 KiB pieces as it read them: 8.7 of 13.0 GB of a 27B target in huge pages, against all of
@@ -36,10 +36,8 @@ DROP_CACHE_BYTES = 256 << 20  # smaller files cannot hold much memory; syncing e
 
 
 class StreamWriter:
-    def __init__(self, path: "str | Path", entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict | None = None,
-                 *, drop_cache_bytes: int = DROP_CACHE_BYTES):
+    def __init__(self, path: "str | Path", entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict | None = None):
         self.path = Path(path)
-        self.drop_cache_bytes = drop_cache_bytes
         self.entries = [(n, d, tuple(int(x) for x in s)) for n, d, s in entries]
         header: dict = {"__metadata__": dict(metadata)} if metadata else {}
         at = 0
@@ -80,13 +78,13 @@ class StreamWriter:
     def close(self) -> None:
         if self._f.closed:
             return
-        size = self._f.tell()
-        if size >= self.drop_cache_bytes:  # see the module docstring
+        whole, size = self._next == len(self.entries), self._f.tell()
+        if whole and size >= DROP_CACHE_BYTES:  # see the module docstring
             self._f.flush()
             os.fsync(self._f.fileno())  # written back first: the cache drops clean pages only
             advise(self._f.fileno(), 0, size, "POSIX_FADV_DONTNEED")
         self._f.close()
-        if self._next != len(self.entries):
+        if not whole:
             missing = [n for n, _, _ in self.entries[self._next:]]
             raise CheckpointError(f"{self.path}: {len(missing)} declared tensor(s) never written (first {missing[0]!r})")
 
