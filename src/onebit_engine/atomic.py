@@ -2,9 +2,9 @@
 
 The data goes to a temporary file in the destination's folder (same file system, so the rename is
 atomic), is flushed and fsync'ed, then ``os.replace`` puts it in place and the folder is fsync'ed so
-the rename itself survives a crash. A failed write leaves no temporary file behind; the temporary
-files of earlier runs that were killed (their pid, in the name, is gone) are removed by the next write
-to the same path.
+the rename itself survives a crash (a folder: every file and folder in it is fsync'ed before its
+rename). A failed write leaves no temporary file behind; the temporary files of earlier runs that were
+killed (their pid, in the name, is gone) are removed by the next write to the same path.
 
 Only a regular file (or a new path) is ever replaced: a symlink, FIFO, device node or folder at the
 destination is refused, so ``--out`` can never turn ``/dev/full`` or a link into a plain file. New files
@@ -177,8 +177,8 @@ def atomic_path(path: "str | Path") -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_folder(path: "str | Path") -> Iterator[Path]:
-    """Yield a temporary folder next to ``path``; on a clean exit it becomes ``path`` (which must be new
-    or an empty folder). A failed or killed write leaves no half folder at ``path``."""
+    """Yield a temporary folder next to ``path``; on a clean exit its files are fsync'ed and it becomes
+    ``path`` (which must be new or an empty folder). A failed or killed write leaves no half folder at ``path``."""
     dest = Path(path)
     parent = _folder_of(dest)
     check_replaceable(dest, folder_ok=True)
@@ -195,6 +195,7 @@ def atomic_folder(path: "str | Path") -> Iterator[Path]:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700
         for f in tmp.iterdir():
             os.chmod(f, _new_mode())
+        _sync_tree(tmp)
         if dest.is_dir():
             dest.rmdir()
         os.replace(tmp, dest)
@@ -219,6 +220,26 @@ def atomic_write_with(path: "str | Path", writer: Callable[[Path], None]) -> Non
     """``writer(tmp_path)`` writes the file; it is then moved onto ``path`` atomically."""
     with atomic_path(path) as tmp:
         writer(tmp)
+
+
+def _sync_tree(root: Path) -> None:
+    """fsync every regular file under ``root``, then its folders (deepest first): the rename that follows
+    must not publish a folder whose files a crash could still leave empty (a writer's big files are synced
+    already and cost nothing here; a failed fsync is a failed write and raises)."""
+    folders = [root]
+    for dirpath, dirnames, filenames in os.walk(root):
+        folders += [Path(dirpath) / d for d in dirnames]
+        for name in filenames:
+            f = Path(dirpath) / name
+            if f.is_symlink() or not f.is_file():
+                continue
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for folder in reversed(folders):
+        _fsync_dir(folder)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -4,6 +4,7 @@ import errno
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -173,6 +174,44 @@ def test_temporary_names_and_the_write_probe(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
     with pytest.raises(OSError):
         atomic.probe_writable(tmp_path / "missing")
+
+
+def test_a_folder_is_published_only_after_its_files_are_synced(tmp_path, monkeypatch):
+    """Every file of an atomic folder (nested ones too) and every folder is fsync'ed before the rename that
+    publishes it: a crash right after the rename must not leave a pair folder of empty files."""
+    synced = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        on_disk = [str(p.resolve()) for p in [Path(src), *Path(src).rglob("*")]]
+        missing = [p for p in on_disk if p not in synced]
+        assert not missing, f"published before these were synced: {missing}"
+        real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with atomic.atomic_folder(tmp_path / "pair") as tmp:
+        (tmp / "config.json").write_text("{}")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "weights.bin").write_bytes(b"x" * 5000)
+    assert (tmp_path / "pair" / "sub" / "weights.bin").read_bytes() == b"x" * 5000
+
+
+def test_a_failed_sync_is_a_failed_write(tmp_path, monkeypatch):
+    def broken(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(atomic.os, "fsync", broken)
+    with pytest.raises(OutputError) as e:
+        with atomic.atomic_folder(tmp_path / "pair") as tmp:
+            (tmp / "config.json").write_text("{}")
+    msg = str(e.value)
+    assert "pair" in msg and "Input/output error" in msg and "\n" not in msg
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):

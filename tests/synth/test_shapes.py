@@ -56,6 +56,27 @@ def test_every_shape_runs_shrunk(tmp_path, name, fmt):
     assert 0 <= written - plan(shape, fmt).disk_bytes < 4 << 20  # the plan is what lands on disk, but for the headers
 
 
+def test_a_marker_that_fails_to_write_leaves_none(tmp_path, monkeypatch):
+    """The marker says the pair is whole, so it is written last and atomically: a failed write of it (a full
+    disk) raises one line and leaves no marker, torn or whole, for a cache to trust."""
+    import errno
+
+    from onebit_engine import atomic
+    from onebit_engine.errors import OutputError
+
+    real = atomic.os.replace
+
+    def full(src, dst):
+        if str(dst).endswith(MARKER):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", full)
+    with pytest.raises(OutputError, match="No space left"):
+        synthesize(SHAPES["qwen3.5-0.8b"].shrunk(), "int8", tmp_path / "pair", seed=1)
+    assert sorted(p.name for p in (tmp_path / "pair").iterdir()) == ["draft", "target"]
+
+
 def test_acceptance_profiles():
     assert profile("seed", 7).expected_tokens() == 8
     assert abs(profile("0.8", 7).expected_tokens() - (1 + sum(0.8**i for i in range(1, 8)))) < 1e-12

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..atomic import atomic_folder
+from ..atomic import atomic_folder, atomic_write_text
 from ..checkpoint.writer import StreamWriter
 from ..quant.formats import CODES_PER_BYTE, FORMATS
 from ..quant.io import FORMAT_VERSION, HEADER_KEY
@@ -219,7 +219,8 @@ def synthesize(shape: Shape, fmt: str, out: "str | Path", *, seed: int = 0, tick
         write_part(tmp, tconf, shape.target_tensors(), fmt, seed, tick)  # grouped names for qwen3_next
     with atomic_folder(out / "draft") as tmp:
         write_part(tmp, shape.draft_config_json(), shape.draft_tensors(), fmt, seed + 1, tick)
-    (out / MARKER).write_text(json.dumps(marker(shape, fmt, seed), indent=2))
+    # last and atomic: a marker on disk means both folders are whole and synced (a cache reuses what it names)
+    atomic_write_text(out / MARKER, json.dumps(marker(shape, fmt, seed), indent=2))
     return out
 
 
