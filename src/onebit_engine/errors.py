@@ -51,5 +51,10 @@ class NumericalError(OnebitError, FloatingPointError):
     """A forward produced non-finite logits; the run stops at that step rather than emit a token."""
 
 
+class NonFiniteActivations(NumericalError, ValueError):
+    """An exact integer backend was handed activation rows holding NaN or inf (a forward overflowed before a
+    GEMM); a ValueError too, as the quantizer's other refusals are."""
+
+
 class ContextLimitError(OnebitError, ValueError):
     """A run would go past the model's ``max_position_embeddings``."""

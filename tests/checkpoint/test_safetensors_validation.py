@@ -198,7 +198,7 @@ def test_integer_views_of_floats_in_data_are_read_exactly(tmp_path):
 
 
 @pytest.mark.parametrize("name, text", [
-    ("model.safetensors", "model.safetensors: cannot be read as a safetensors file (Is a directory)"),
+    ("model.safetensors", "model.safetensors: is a folder, not a regular file"),
     ("model.safetensors.index.json", "index.json: the shard index cannot be read (Is a directory)"),
 ])
 def test_folder_where_a_file_belongs(tmp_path, name, text):
@@ -207,4 +207,28 @@ def test_folder_where_a_file_belongs(tmp_path, name, text):
     (folder / "model.safetensors").unlink()
     (folder / name).mkdir()
     with pytest.raises(CheckpointError, match=text.replace("(", r"\(").replace(")", r"\)")):
+        load_target(folder)
+
+
+def test_a_fifo_or_device_where_a_file_belongs_is_refused_not_read(tmp_path):
+    """A FIFO would block the header's read for ever and a device never end it: both are refused by their kind
+    before any read (an alarm turns a hang into a failure)."""
+    import os
+    import signal
+
+    cfg = tiny_config()
+    folder = write_checkpoint(tmp_path / "m", cfg, random_weights(cfg, 1))
+    (folder / "model.safetensors").unlink()
+    os.mkfifo(folder / "model.safetensors")
+    old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("the reader blocked on the FIFO")))
+    signal.alarm(10)
+    try:
+        with pytest.raises(CheckpointError, match="model.safetensors: is a FIFO, not a regular file"):
+            load_target(folder)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to("/dev/zero")
+    with pytest.raises(CheckpointError, match="model.safetensors: is a character device, not a regular file"):
         load_target(folder)

@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import sys
+import warnings
 
 from ..errors import OnebitError
 from ..hybrid.commit import COMMIT_PATHS
@@ -79,7 +80,20 @@ def _float_in(lo: float, *, strict: bool, hint: str):
     return parse
 
 
-_temperature = _float_in(0.0, strict=False, hint="give e.g. 0 (greedy) or 0.8")
+_any_temperature = _float_in(0.0, strict=False, hint="give e.g. 0 (greedy) or 0.8")
+
+
+def _temperature(text: str) -> float:
+    from ..ops.sampling import MIN_TEMPERATURE
+
+    v = _any_temperature(text)
+    if 0 < v < MIN_TEMPERATURE:
+        raise argparse.ArgumentTypeError(f"{v} is below {MIN_TEMPERATURE:g}, where logits / T overflow; give 0 for greedy "
+                                         f"decoding (what so small a T means) or a temperature >= {MIN_TEMPERATURE:g}")
+    return v
+
+
+_temperature.__name__ = "number"
 _round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: give e.g. --round-cost 2.5")
 
 
@@ -287,8 +301,24 @@ def _run(func: str, args) -> int:
             limit = threadpool_limits(limits=args.threads or 1)
         except ImportError:
             pass
-    with limit:
+    with limit, _quiet_numerics(), warnings.catch_warnings():
+        warnings.showwarning = _warn_one_line
         return fn(args)
+
+
+def _quiet_numerics():
+    """numpy's float warnings off: the engine checks what they warn about itself (non-finite logits stop a run
+    with one line naming the step, non-finite activations are refused before int8), and the warnings' own
+    two-line reports would break the one-line rule of stderr."""
+    import numpy as np
+
+    return np.errstate(all="ignore")
+
+
+def _warn_one_line(message, category, filename, lineno, file=None, line=None):
+    """A warning as one stderr line, ``onebit: warning: ...`` (not Python's two lines with a source line)."""
+    text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"onebit: warning: {text}", file=sys.stderr if file is None else file)
 
 
 # The packages the CLI imports lazily, with the extra that brings each: a last net under the code that

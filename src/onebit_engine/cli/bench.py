@@ -20,6 +20,14 @@ def cmd_bench(args) -> int:
             if getattr(args, flag, None):
                 raise ConfigError(f"--shape synthesizes its own pair and prompt; --{flag.replace('_', '-')} is not used with it "
                                   f"(drop it, or drop --shape to benchmark that model)")
+        # what the scale benchmark fixes itself: a flag that would change it must not pass unread (and be recorded)
+        fixed = [f"--{f.replace('_', '-')} {getattr(args, f)}" for f in ("backend", "target_backend", "draft_backend")
+                 if getattr(args, f, None) not in (None, "auto", "host-int")]
+        fixed += [f"--row-set {args.row_set}"] if getattr(args, "row_set", None) is not None else []
+        fixed += [f"--commit-path {args.commit_path}"] if getattr(args, "commit_path", "keep") != "keep" else []
+        if fixed:
+            raise ConfigError(f"--shape runs on host-int with row set 16 and the keep commit path; {', '.join(fixed)} "
+                              f"{'is' if len(fixed) == 1 else 'are'} not used with it (drop it, or benchmark a model folder with --model to choose it)")
         from .scale import cmd_scale_bench
 
         return cmd_scale_bench(args)

@@ -147,18 +147,29 @@ def is_projection(name: str, arr) -> bool:
     return len(arr.shape) == 2 and name.endswith(".weight") and "embed_tokens" not in name and "codebook" not in name
 
 
-def _check_config(folder: Path, *, servable: bool) -> None:
+def _check_config(folder: Path, *, servable: bool) -> Any:
     """The folder's config must be one this engine reads (a target's; a draft's too for a weights-only
-    .safetensors output), so a broken checkpoint is refused before any weight is quantized."""
+    .safetensors output), so a broken checkpoint is refused before any weight is quantized. Returns the config."""
     from ..checkpoint.safetensors import read_config
     from ..draft.config import DraftConfig
     from ..hybrid.config import TargetConfig
 
     raw = read_config(folder)
     if servable or not isinstance(raw, dict) or "dflash_config" not in raw:
-        TargetConfig.from_hf(raw)
-    else:
-        DraftConfig.from_hf(raw)
+        return TargetConfig.from_hf(raw)
+    return DraftConfig.from_hf(raw)
+
+
+def _check_structure(raw: dict, cfg, folder: Path) -> None:
+    """A servable folder's tensors against its config, as ``load_target`` checks them (names and shapes; the
+    values are scanned as they are quantized or copied): a folder the loader would refuse is not written."""
+    from ..errors import WeightError
+    from ..hybrid.weights import check_and_map
+
+    try:
+        check_and_map(raw, cfg, str(folder), values=False)
+    except WeightError as e:
+        raise WeightError(f"cannot quantize: {e}".replace("nothing was loaded", "nothing was written")) from None
 
 
 def _stored_dtype(w) -> str:
@@ -184,12 +195,24 @@ def cmd_quantize(args) -> int:
 
     folder = Path(args.model) if args.model else models.builtin_paths()[0]
     servable = not str(args.out).endswith(".safetensors")
-    _check_config(folder, servable=servable)
-    refs = split_fused_experts(folder_refs(folder))  # fused 3-D experts: one projection per expert
+    cfg = _check_config(folder, servable=servable)
+    if (folder / QUANT_FILE).exists():
+        raise CheckpointError(f"{folder} is already quantized (it holds {QUANT_FILE}); serve it as it is, or quantize the "
+                              f"float checkpoint it came from")
+    raw = folder_refs(folder)
+    if servable:  # a folder that says "run it" must be one the loader takes: its names and shapes, before any work
+        _check_structure(raw, cfg, folder)
+    refs = split_fused_experts(raw)  # fused 3-D experts: one projection per expert
     chosen = {n: a for n, a in sorted(refs.items()) if is_projection(n, a)}
     if not chosen:
-        raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize")
-    bad = value_problems(chosen)  # the load-time rule, before any work: no code quantizes a NaN or an integer
+        raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize; give a float checkpoint folder")
+    empty = [f"{n} {tuple(a.shape)}" for n, a in chosen.items() if 0 in tuple(a.shape)]
+    if empty:
+        raise WeightError(f"{folder}: cannot quantize {len(empty)} projection(s) with no rows or no columns: "
+                          f"{', '.join(empty[:3])}; a projection needs at least one of each - re-export the weights")
+    # the load-time rule, before any work: no code quantizes a NaN or an integer (and a servable folder's other
+    # tensors, copied as they are, hold none either)
+    bad = value_problems(chosen if not servable else {**chosen, **{n: r for n, r in refs.items() if n not in chosen}})
     if bad:
         raise WeightError(f"{folder}: cannot quantize: {'; '.join(bad)}; re-export the weights (float dtypes, finite values)")
     sources = {n: as_rows(a) for n, a in chosen.items()}

@@ -111,9 +111,12 @@ def _peek_kind(folder: Path) -> str | None:
     """``folder_kind`` of a folder's config.json when it reads as JSON; else None (the loader's error)."""
     import json
 
-    try:
-        return folder_kind(json.loads((folder / "config.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+    cfg = folder / "config.json"
+    try:  # a regular file only: a FIFO would block the read and /dev/zero never end it (read_config refuses both)
+        if not cfg.is_file():
+            return None
+        return folder_kind(json.loads(cfg.read_text(encoding="utf-8")))
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -121,6 +124,9 @@ def paths(args, *, need_draft: bool) -> tuple[Path, Path | None, str, Path | Non
     """(target folder, draft folder or None, description, tokenizer file or None) the flags name; a folder
     given in the other role (a draft as --model, a target as --draft) is refused, saying which it is."""
     model, draft = getattr(args, "model", None), getattr(args, "draft", None)
+    for flag, v in (("--model", model), ("--draft", draft)):
+        if v is not None and not str(v).strip():
+            raise ConfigError(f"{flag} is empty; give a checkpoint folder, or leave {flag} out for the built-in pair")
     if not model:
         if draft:
             raise ConfigError(f"--draft {draft} was given without --model; a draft only fits the target it was "

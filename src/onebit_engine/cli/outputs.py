@@ -6,7 +6,7 @@ Rules (docs/cli.md, "Output files"):
 - it is not one of the command's own inputs (same file, or inside an input folder for a folder output);
 - it is not a checkpoint's file: a file beside a ``config.json`` (weights, index, config, tokenizer), or a
   ``.safetensors`` file that is neither a stage file nor a quantized-weights file of this engine;
-- a folder output (``quantize --out DIR``) is new or an empty folder.
+- a folder output (``quantize --out DIR``, ``synth --out DIR``) is new or an empty folder, never a file.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def check_output(args, *, builtin_inputs: "list[Path] | None" = None) -> None:
     if not out:
         return
     dest = Path(out)
-    folder_out = args.command == "quantize" and not str(out).endswith(".safetensors")
+    # folders: synth's pair, quantize's servable folder (quantize --out X.safetensors writes one file)
+    folder_out = args.command == "synth" or (args.command == "quantize" and not str(out).endswith(".safetensors"))
     inputs = input_paths(args) + [("the built-in pair", p) for p in builtin_inputs or ()]
     check_replaceable(dest, folder_ok=folder_out)
     _check_folder_writable(dest)
@@ -53,6 +54,11 @@ def check_output(args, *, builtin_inputs: "list[Path] | None" = None) -> None:
         if folder_out and src.is_dir() and (_inside(dest, src) or _inside(src, dest)):
             raise OutputError(f"--out {out} overlaps the input folder {flag} {src}; give a folder outside it")
     if folder_out:
+        if dest.exists() and not dest.is_dir():
+            what = ("a folder (target/ and draft/ in it)" if args.command == "synth" else
+                    "a servable folder unless the path ends in .safetensors")
+            raise OutputError(f"--out {out} is a file, and {args.command} writes {what}; refusing to replace it - give "
+                              f"a new folder path")
         if dest.is_dir() and any(dest.iterdir()):
             raise OutputError(f"--out {out} is a folder that is not empty; refusing to replace what it holds - give a "
                               f"new path or empty it first")

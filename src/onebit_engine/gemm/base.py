@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import WeightError
 from ..quant.rows import Stacked, as_rows, load
 
 F32_DTYPE = np.dtype(np.float32)  # the dtype singleton: an identity test is the cheapest check
@@ -76,7 +77,11 @@ class Linear:
     def fused(cls, weights: list, backend: GemmBackend, row_set: int, name: str = "") -> "Linear":
         """One projection for several weights that read the same input (rows stacked in order, never
         copied into one array first); split its output at the parts' widths. Fewer, larger calls per token."""
-        return cls.from_weight(Stacked(tuple(as_rows(w) for w in weights)), backend, row_set, name)
+        try:
+            stacked = Stacked(tuple(as_rows(w) for w in weights))
+        except WeightError as e:
+            raise WeightError(f"{name or 'a fused projection'}: {e}") from None
+        return cls.from_weight(stacked, backend, row_set, name)
 
     @classmethod
     def from_weight(cls, weight: Any, backend: GemmBackend, row_set: int, name: str = "") -> "Linear":

@@ -18,7 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from ..checkpoint.safetensors import QUANT_FILE, folder_refs, read_config
-from ..errors import ConfigError, ContextLimitError, StateError
+from ..checkpoint.fields import first_few
+from ..errors import CheckpointError, ConfigError, ContextLimitError, StateError
 from ..gemm import Linear, get_backend
 from ..gemm.base import GemmBackend
 from ..ops.kv_cache import KVCache
@@ -167,7 +168,13 @@ def folder_weights(folder: Path) -> dict:
     never holds a float copy of the model (docs/architecture.md, "Memory")."""
     tensors = folder_refs(folder)
     if (folder / QUANT_FILE).exists():
-        tensors.update(open_quantized(folder / QUANT_FILE))
+        quantized = open_quantized(folder / QUANT_FILE)
+        both = sorted(set(quantized) & set(tensors))
+        if both:  # which copy would run is not for the loader to guess
+            raise CheckpointError(f"{folder}: {len(both)} weight(s) are both in {QUANT_FILE} and in the float checkpoint "
+                                  f"files: {first_few(both)}; keep one copy (`onebit quantize --out DIR` writes each "
+                                  f"projection only to {QUANT_FILE})")
+        tensors.update(quantized)
     return tensors
 
 

@@ -78,17 +78,20 @@ def normalize_names(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def check_and_map(raw: dict, cfg: TargetConfig, source: str) -> dict:
+def check_and_map(raw: dict, cfg: TargetConfig, source: str, *, values: bool = True) -> dict:
     """Validate every tensor at once (names, shapes, float dtypes, finite values), then return the
     engine-form weights: vectors and other small tensors as float32 arrays, 2-D weights as given (arrays
     as float32; checkpoint tensors and quantized weights as row sources, read block by block when packed).
 
     ``raw`` maps checkpoint names to arrays, QuantWeights, :class:`~..checkpoint.lazy.TensorRef` or
-    row sources (a lazily read quantized file)."""
+    row sources (a lazily read quantized file). ``values=False``: names and shapes only, no weight is scanned
+    (``onebit quantize`` scans each projection as it quantizes it)."""
     tensors = normalize_names(raw)
     want = file_shapes(cfg)
     if cfg.tie_word_embeddings and "lm_head.weight" in tensors:  # tied: the embedding is the head
-        _check_tied_copy(tensors.pop("lm_head.weight"), tensors.get("model.embed_tokens.weight"), source)
+        head = tensors.pop("lm_head.weight")
+        if values:
+            _check_tied_copy(head, tensors.get("model.embed_tokens.weight"), source)
     problems = unfuse_experts(tensors, cfg)  # fused 3-D experts -> per-expert names
     missing = sorted(set(want) - set(tensors))
     unknown = sorted(set(tensors) - set(want))
@@ -102,7 +105,7 @@ def check_and_map(raw: dict, cfg: TargetConfig, source: str) -> dict:
     if wrong:
         problems.append(first_few(wrong))
     floats = [n for n in shaped if not _is_quant(tensors[n])]
-    problems += value_problems({n: tensors[n] for n in floats})
+    problems += value_problems({n: tensors[n] for n in floats}) if values else []
     if problems:
         raise WeightError(
             f"checkpoint {source} does not match its config ({cfg.model_type}, {cfg.num_hidden_layers} layers, "

@@ -6,6 +6,12 @@ import numpy as np
 from ..errors import ConfigError, NumericalError
 
 
+# The smallest T > 0 a run takes: a float32 logit (|z| <= 3.4e38) over T stays finite in float64 down to
+# T ~ 1e-270, and in the float32 softmax of a draft (softcapped logits, |z| <= ~50) down to ~1e-37; below
+# 1e-30 the draw is greedy decoding in all but name, and a subnormal T (1e-320) turned every row to NaN.
+MIN_TEMPERATURE = 1e-30
+
+
 def finite_row(logits: np.ndarray, where: str) -> np.ndarray:
     """``logits`` [V] unchanged, or a NumericalError naming ``where`` when any value is NaN or inf: a token
     chosen from such a row is meaningless (argmax of NaN is 0), so the run stops instead of emitting it."""
@@ -15,7 +21,8 @@ def finite_row(logits: np.ndarray, where: str) -> np.ndarray:
         kinds = "/".join(sorted({"NaN" if np.isnan(v) else "inf" for v in bad[:64].tolist()}))
         raise NumericalError(
             f"{where}: the target's logits hold {kinds} ({bad.size} of {ok.size} values); no token is emitted - the "
-            f"weights or activations overflowed: check the checkpoint with `onebit inspect` or try the reference backend")
+            f"weights or activations overflowed: check the checkpoint's weights (values near float32's limit, 3.4e38, "
+            f"overflow) or run it on another backend to compare")
     return logits
 
 

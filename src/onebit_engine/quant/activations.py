@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import NonFiniteActivations
+
 QMAX = np.float32(127)
 
 
@@ -23,9 +25,10 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     amax = np.max(np.abs(x), axis=1) if x.shape[1] else np.zeros(x.shape[0], np.float32)
     if not np.all(np.isfinite(amax)):
         bad = np.flatnonzero(~np.isfinite(amax)).tolist()
-        raise ValueError(
-            f"activation rows {bad} hold NaN or inf; int8 quantization needs finite values - "
-            f"find where the model produced them (host-int refuses rather than emit garbage)"
+        raise NonFiniteActivations(
+            f"activation rows {bad} hold NaN or inf before an int8 GEMM (an exact backend refuses rather than "
+            f"emit garbage): the forward overflowed - check the checkpoint's weights (values near float32's "
+            f"limit, 3.4e38, overflow) or NaN inputs"
         )
     sa = np.where(amax > 0, amax / QMAX, np.float32(1.0)).astype(np.float32)
     xq = np.clip(np.rint(x / sa[:, None]), -127, 127).astype(np.int8)

@@ -40,8 +40,7 @@ def load_quantized(path: "str | Path") -> dict[str, QuantWeight]:
     from ..checkpoint.safetensors import iter_tensors, read_header
 
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"quantized weight file {str(path)!r} does not exist; save one with save_quantized()")
+    _check_file(path)
     entries, _, meta = read_header(path)
     header = quant_header(path, meta)
     tensors = dict(iter_tensors(path))
@@ -62,6 +61,15 @@ def load_quantized(path: "str | Path") -> dict[str, QuantWeight]:
     return out
 
 
+def _check_file(path: Path) -> None:
+    if path.exists() and not path.is_file():
+        raise CheckpointError(f"quantized weight file {str(path)!r} is not a regular file (a folder or a device); give the "
+                              f"file `onebit quantize` wrote, or quantize the float checkpoint again")
+    if not path.is_file():
+        raise CheckpointError(f"quantized weight file {str(path)!r} does not exist; write one with `onebit quantize` "
+                              f"(or save_quantized())")
+
+
 def open_quantized(path: "str | Path") -> dict:
     """The weights of a file written by :func:`save_quantized` (or ``onebit synth``), read lazily: a
     :class:`~.rows.QuantRows` per weight whose codes stay on disk until packed block by block (the
@@ -71,8 +79,7 @@ def open_quantized(path: "str | Path") -> dict:
     from .rows import QuantRows
 
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"quantized weight file {str(path)!r} does not exist; save one with save_quantized()")
+    _check_file(path)
     entries, _, meta = read_header(path)
     header = quant_header(path, meta)
     refs = file_refs(path)

@@ -18,6 +18,7 @@ from typing import Iterator, Protocol, runtime_checkable
 import numpy as np
 
 from ..checkpoint.lazy import BLOCK_BYTES, TensorRef
+from ..errors import WeightError
 from .formats import CODES_PER_BYTE, QuantWeight, concat_rows, load_problems, quantize_weight
 
 ALIGN = 64  # block starts are multiples of this: whole tiles of every native path (8 or 16 channels)
@@ -87,8 +88,9 @@ class Stacked:
     def __post_init__(self) -> None:
         ks, fmts = {p.shape[1] for p in self.parts}, {p.fmt for p in self.parts}
         if len(ks) != 1 or len(fmts) != 1:
-            raise ValueError(f"cannot fuse weights of input sizes {sorted(ks)} and formats {sorted(map(str, fmts))}; "
-                             f"a fused projection needs one K and one format (quantize every projection of a layer alike)")
+            raise WeightError(f"cannot fuse weights of input sizes {sorted(ks)} and formats {sorted(map(str, fmts))}; "
+                              f"a fused projection needs one K and one format (quantize every projection of a layer "
+                              f"alike: `onebit quantize` the float checkpoint again with one --format)")
 
     @property
     def shape(self) -> tuple[int, int]:
