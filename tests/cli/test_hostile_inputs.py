@@ -125,7 +125,7 @@ def test_a_quantized_file_that_is_a_folder_is_named_as_such(tmp_path, run):
     (folder / "quantized.safetensors").unlink()
     (folder / "quantized.safetensors").mkdir()
     code, _, err = run("generate", "--model", folder, "--max-new-tokens", 2)
-    _refused(code, err, "is not a regular file")
+    _refused(code, err, "quantized.safetensors: is a folder, not a regular file")
     assert "does not exist" not in err
 
 

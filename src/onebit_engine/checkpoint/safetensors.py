@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..atomic import file_kind
 from ..errors import CheckpointError
 from .fields import first_few, show, top_object
 from .jsonfile import read_json
@@ -61,14 +62,6 @@ def read_header(path: Path) -> tuple[dict, int, dict]:
                               f"file") from None
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _not_safetensors(path: Path, size: int, why: str) -> None:
     raise CheckpointError(f"{path}: not a safetensors file ({size} bytes; {why}); give a safetensors file (weights, a "
                           f"quantized file or a stage file)")
@@ -77,7 +70,7 @@ def _not_safetensors(path: Path, size: int, why: str) -> None:
 def _read_header(path: Path) -> tuple[dict, int, dict]:
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below, a device never end it
-        raise CheckpointError(f"{path}: is {_kind(st.st_mode)}, not a regular file; give a safetensors file")
+        raise CheckpointError(f"{path}: is {file_kind(st.st_mode)}, not a regular file; give a safetensors file")
     size = st.st_size
     with open(path, "rb") as f:
         head = f.read(8)

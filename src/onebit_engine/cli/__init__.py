@@ -84,12 +84,11 @@ _any_temperature = _float_in(0.0, strict=False, hint="give e.g. 0 (greedy) or 0.
 
 
 def _temperature(text: str) -> float:
-    from ..ops.sampling import MIN_TEMPERATURE
+    from ..ops.sampling import temperature_floor_problem
 
     v = _any_temperature(text)
-    if 0 < v < MIN_TEMPERATURE:
-        raise argparse.ArgumentTypeError(f"{v} is below {MIN_TEMPERATURE:g}, where logits / T overflow; give 0 for greedy "
-                                         f"decoding (what so small a T means) or a temperature >= {MIN_TEMPERATURE:g}")
+    if (why := temperature_floor_problem(v)) is not None:
+        raise argparse.ArgumentTypeError(why)
     return v
 
 
@@ -301,18 +300,13 @@ def _run(func: str, args) -> int:
             limit = threadpool_limits(limits=args.threads or 1)
         except ImportError:
             pass
-    with limit, _quiet_numerics(), warnings.catch_warnings():
-        warnings.showwarning = _warn_one_line
-        return fn(args)
-
-
-def _quiet_numerics():
-    """numpy's float warnings off: the engine checks what they warn about itself (non-finite logits stop a run
-    with one line naming the step, non-finite activations are refused before int8), and the warnings' own
-    two-line reports would break the one-line rule of stderr."""
     import numpy as np
 
-    return np.errstate(all="ignore")
+    # numpy's float warnings off: the engine checks what they warn of itself (non-finite logits stop a run naming
+    # the step, non-finite activations are refused before int8), and their two-line reports break stderr's one line
+    with limit, np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.showwarning = _warn_one_line
+        return fn(args)
 
 
 def _warn_one_line(message, category, filename, lineno, file=None, line=None):

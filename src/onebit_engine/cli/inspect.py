@@ -163,13 +163,12 @@ def _check_config(folder: Path, *, servable: bool) -> Any:
 def _check_structure(raw: dict, cfg, folder: Path) -> None:
     """A servable folder's tensors against its config, as ``load_target`` checks them (names and shapes; the
     values are scanned as they are quantized or copied): a folder the loader would refuse is not written."""
-    from ..errors import WeightError
     from ..hybrid.weights import check_and_map
 
     try:
         check_and_map(raw, cfg, str(folder), values=False)
     except WeightError as e:
-        raise WeightError(f"cannot quantize: {e}".replace("nothing was loaded", "nothing was written")) from None
+        raise WeightError(f"cannot quantize, nothing was written (the loader would refuse the folder): {e}") from None
 
 
 def _stored_dtype(w) -> str:
@@ -210,9 +209,8 @@ def cmd_quantize(args) -> int:
     if empty:
         raise WeightError(f"{folder}: cannot quantize {len(empty)} projection(s) with no rows or no columns: "
                           f"{', '.join(empty[:3])}; a projection needs at least one of each - re-export the weights")
-    # the load-time rule, before any work: no code quantizes a NaN or an integer (and a servable folder's other
-    # tensors, copied as they are, hold none either)
-    bad = value_problems(chosen if not servable else {**chosen, **{n: r for n, r in refs.items() if n not in chosen}})
+    # the load-time rule, before any work: no code quantizes a NaN or an integer (nor copies one into a servable folder)
+    bad = value_problems(refs if servable else chosen)
     if bad:
         raise WeightError(f"{folder}: cannot quantize: {'; '.join(bad)}; re-export the weights (float dtypes, finite values)")
     sources = {n: as_rows(a) for n, a in chosen.items()}

@@ -36,8 +36,11 @@ DRAFT_ARCHITECTURES = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2}
 DRAFT_LAYER_TYPES = ("full_attention", "sliding_attention")
 V2_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
-# DraftConfig field -> its config.json value at the top level (HF Qwen3Config).
+# A draft's largest block: a verify's k + 1 rows are at most one GEMM row set (the CLI's --row-set cap, 64;
+# published DFlash drafts use 8-16).
 MAX_BLOCK = 64
+
+# DraftConfig field -> its config.json value at the top level (HF Qwen3Config).
 TOP_FIELDS: dict[str, Field] = {
     "hidden_size": Field("hidden_size", "int", min=1),
     "intermediate_size": Field("intermediate_size", "int", min=1),
@@ -51,8 +54,6 @@ TOP_FIELDS: dict[str, Field] = {
 # DraftConfig field -> its value, read from ``dflash_config`` first, then the top level (REF-NEW).
 DFLASH_FIELDS: dict[str, Field] = {
     "mask_token_id": Field("mask_token_id", "int", min=0),
-    # at most 64: a verify's k + 1 rows are one GEMM row set at most (the CLI's --row-set cap; published
-    # DFlash drafts use 8-16)
     "block_size": Field("block_size", "int", 16, min=2, max=MAX_BLOCK),
     "num_target_layers": Field("num_target_layers", "int", None, min=1, null_is_default=True),
     "output_multiplier": Field("output_multiplier", "float", 1.0),

@@ -6,7 +6,7 @@ import operator
 from typing import Sequence
 
 from ..errors import ConfigError, ContextLimitError
-from ..ops.sampling import MIN_TEMPERATURE
+from ..ops.sampling import temperature_floor_problem
 
 
 def check_run(target, prompt: Sequence[int], *, max_new_tokens: int, temperature: float, seed=None) -> list[int]:
@@ -22,9 +22,8 @@ def check_run(target, prompt: Sequence[int], *, max_new_tokens: int, temperature
         t = float("nan")
     if isinstance(temperature, bool) or not math.isfinite(t) or t < 0:
         raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if 0 < t < MIN_TEMPERATURE:
-        raise ConfigError(f"temperature {t!r} is below {MIN_TEMPERATURE:g}, where logits / T overflow; give 0 for "
-                          f"greedy decoding (what so small a T means) or a temperature >= {MIN_TEMPERATURE:g}")
+    if (why := temperature_floor_problem(t)) is not None:
+        raise ConfigError(f"temperature {why}")
     if seed is not None and _integer(seed, "seed") < 0:
         raise ConfigError(f"seed must be None or an integer >= 0 (numpy's rule), got {seed!r}")
     prompt = [int(t) for t in prompt]

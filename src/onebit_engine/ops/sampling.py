@@ -12,6 +12,14 @@ from ..errors import ConfigError, NumericalError
 MIN_TEMPERATURE = 1e-30
 
 
+def temperature_floor_problem(t: float) -> "str | None":
+    """Why T cannot be used (0 < T < MIN_TEMPERATURE), else None."""
+    if 0 < t < MIN_TEMPERATURE:
+        return (f"{t!r} is below {MIN_TEMPERATURE:g}, where logits / T overflow; give 0 for greedy decoding (what so "
+                f"small a T means) or a temperature >= {MIN_TEMPERATURE:g}")
+    return None
+
+
 def finite_row(logits: np.ndarray, where: str) -> np.ndarray:
     """``logits`` [V] unchanged, or a NumericalError naming ``where`` when any value is NaN or inf: a token
     chosen from such a row is meaningless (argmax of NaN is 0), so the run stops instead of emitting it."""

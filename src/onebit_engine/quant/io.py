@@ -62,10 +62,8 @@ def load_quantized(path: "str | Path") -> dict[str, QuantWeight]:
 
 
 def _check_file(path: Path) -> None:
-    if path.exists() and not path.is_file():
-        raise CheckpointError(f"quantized weight file {str(path)!r} is not a regular file (a folder or a device); give the "
-                              f"file `onebit quantize` wrote, or quantize the float checkpoint again")
-    if not path.is_file():
+    """A missing file, with the way to make one (``read_header`` refuses a folder, FIFO or device by its kind)."""
+    if not path.exists():
         raise CheckpointError(f"quantized weight file {str(path)!r} does not exist; write one with `onebit quantize` "
                               f"(or save_quantized())")
 
