@@ -42,12 +42,11 @@ def check_replaceable(path: "str | Path", *, folder_ok: bool = False) -> None:
     mode = st.st_mode
     if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
         return
-    raise OutputError(f"output {str(dest)!r} is {file_kind(mode)}, not a regular file; refusing to replace it - "
+    raise OutputError(f"output {str(dest)!r} is {_kind(mode)}, not a regular file; refusing to replace it - "
                       f"give the path of a regular file (or a new one)")
 
 
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words (an ``st_mode``)."""
+def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
         if test(mode):

@@ -24,7 +24,6 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..atomic import file_kind
 from ..errors import CheckpointError
 from .fields import first_few, show, top_object
 from .jsonfile import read_json
@@ -70,7 +69,9 @@ def _not_safetensors(path: Path, size: int, why: str) -> None:
 def _read_header(path: Path) -> tuple[dict, int, dict]:
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below, a device never end it
-        raise CheckpointError(f"{path}: is {file_kind(st.st_mode)}, not a regular file; give a safetensors file")
+        m = st.st_mode
+        kind = "a folder" if stat.S_ISDIR(m) else "a FIFO" if stat.S_ISFIFO(m) else "a device or a socket"
+        raise CheckpointError(f"{path}: is {kind}, not a regular file; give a safetensors file")
     size = st.st_size
     with open(path, "rb") as f:
         head = f.read(8)
