@@ -77,7 +77,7 @@ def test_moe_verify_commit_equals_single_steps(backend, moe, path):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shared", [24, 16])  # 16: the routed experts' width, so one SwiGLU call takes both
 def test_grouped_experts_equal_one_row_per_expert_call(backend, shared):
-    """On host-int the grouped block runs its experts' products together (gemm.run_many); elsewhere one call each.
+    """On host-int the grouped block runs its experts' products together (gemm.run_packed); elsewhere one call each.
     Prefill chunks of several rows, then single tokens (the block hands every expert the token's own row)."""
     moe = dataclasses.replace(MOES["e8k2-shared-norm"], shared_expert_intermediate_size=shared)
     a, b = moe_target(moe, backend, seed=4), moe_target(moe, backend, seed=4)

@@ -111,19 +111,30 @@ class Linear:
         return out
 
 
-def run_many(linears: "list[Linear]", xs: "list[np.ndarray]") -> "list[np.ndarray]":
-    """``[lin(x) for lin, x in zip(linears, xs)]``, its slow twin and what every other case runs; in one backend
-    call (``matmul_many``, optional) when every projection is on that one backend, it is ``row_invariant`` and
-    each ``x`` fits one row set - exactly the case where each projection alone makes one call of those rows."""
+def run_packed(linears: "list[Linear]", x: np.ndarray, offs: "list[int]", counts: "list[int]") -> np.ndarray:
+    """Product s: ``linears[s]`` on the ``counts[s]`` rows of its in_features at element ``offs[s]`` of the flat
+    float32 ``x``; the outputs ``[counts[s], out_features]`` back to back in one flat float32 array. Why: a MoE
+    layer's experts read rows of one input and their outputs feed one elementwise call, so one buffer each way
+    spares a list of views, a concatenate and the checks per product (~8 ms of Python a 35B-A3B token).
+    The twin: each linear on its rows, raveled, concatenated; in one backend call (``matmul_packed``, optional)
+    when every projection is on that backend, it is ``row_invariant`` and each count fits one row set."""
+    if not (len(offs) == len(counts) == len(linears)):
+        raise ValueError(f"run_packed: {len(offs)} offsets and {len(counts)} counts for {len(linears)} linears")
     if linears:
         b = linears[0].backend
-        many = getattr(b, "matmul_many", None)
-        if many is not None:
-            # a plain loop, not all() over a generator: a 35B-A3B token makes 80 of these calls of ~10 products
-            for lin, x in zip(linears, xs):
-                if lin.backend is not b or not lin.row_invariant or x.shape[0] > lin.row_set:
+        packed = getattr(b, "matmul_packed", None)
+        if packed is not None:
+            for lin, c in zip(linears, counts):
+                if lin.backend is not b or not lin.row_invariant or c > lin.row_set:
                     break
             else:
-                return many([x if x.dtype is F32_DTYPE and x.flags.c_contiguous else np.ascontiguousarray(x, dtype=np.float32)
-                             for x in xs], [lin.packed for lin in linears])
-    return [lin(x) for lin, x in zip(linears, xs)]
+                return packed(x, offs, counts, [lin.packed for lin in linears])
+    ys = [lin(flat_rows(x, o, c, lin.in_features)).ravel() for lin, o, c in zip(linears, offs, counts)]
+    return np.concatenate(ys) if ys else np.zeros(0, np.float32)
+
+
+def flat_rows(x: np.ndarray, off: int, count: int, k: int) -> np.ndarray:
+    """The ``[count, k]`` rows at element ``off`` of the flat ``x`` (a view); a range outside it is refused."""
+    if x.ndim != 1 or off < 0 or count < 0 or off + count * k > x.shape[0]:
+        raise ValueError(f"rows [{count}, {k}] at element {off} do not lie inside a flat x of shape {x.shape}")
+    return x[off : off + count * k].reshape(count, k)

@@ -13,12 +13,15 @@ instead: the same bits, (rows x top_k) expert calls instead of one per distinct 
 tests/bench/test_bench_moe.py).
 
 On a ``row_invariant`` backend the grouped block runs every expert's gate/up projection (and the shared
-expert's and its gate) as one backend call and every down projection as another (``gemm.run_many``: the bits
-of a call each, tested). Why: a 35B-A3B token runs 9 experts in each of 40 layers, ~720 small products, and
-paid the thread pool's wake and join and Python's call cost on every one. Around them the routed pairs
-travel as flat arrays (``ops.moe.route_plan``), through one SwiGLU call, and every path adds them into their
-rows with the op table's ``moe_combine``: numpy calls per expert had cost ~39 ms of a 35B-A3B verify of 8
-rows (~57 experts a layer).
+expert's and its gate) as one backend call and every down projection as another (``gemm.run_packed``: the
+bits of a call each, tested). Why: a 35B-A3B token runs 9 experts in each of 40 layers, ~720 small products,
+and paid the thread pool's wake and join and Python's call cost on every one. The products read rows of one
+flat input and write one flat output (the gathered pairs' rows, then h for the shared expert; the routed and
+shared gate/up outputs back to back, so one SwiGLU call takes them and its output is the down projections'
+input as it is): no per-product views, concatenates or checks (a 35B-A3B MoE layer 0.92x at 1 row and 0.91x
+at 8, same bits). Around them the routed pairs travel as flat arrays (``ops.moe.route_plan``), and every path
+adds them into their rows with the op table's ``moe_combine``: numpy calls per expert had cost ~39 ms of a
+35B-A3B verify of 8 rows (~57 experts a layer).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..gemm.base import run_many
+from ..gemm.base import run_packed
 from ..ops.moe import routing_margins
 from ..ops.norm import sigmoid
 from .moe_config import MoeConfig
@@ -80,28 +83,39 @@ class MoeMLP:
 
     def _together(self, h: np.ndarray, ids: np.ndarray, cuts: list, rows: np.ndarray):
         """Each routed expert on its rows and the gated shared expert on all of h, the gate/up projections in
-        one backend call and the down projections in another (the ``DenseMLP`` math, step for step), the
-        SwiGLU gate once over every pair (elementwise: the bits of a call per expert, tested).
+        one backend call and the down projections in another (``gemm.run_packed``: the ``DenseMLP`` math, step
+        for step), the SwiGLU gate once over every pair (elementwise: the bits of a call per expert, tested).
         -> (y [P, D], gated shared output or None)."""
         mlps = [self.experts[e] for e in ids.tolist()]
-        m = len(mlps)
-        if h.shape[0] == 1:  # a token: every pair's row is h itself, one input the backend quantizes once
-            xs = [h] * m
+        m, (R, D), P = len(mlps), h.shape, cuts[-1]
+        counts = [b - a for a, b in zip(cuts, cuts[1:])]
+        if R == 1:  # a token: every pair's row is h itself, one input the backend quantizes once
+            x, offs, at = h.reshape(-1), [0] * m, 0
+        else:  # the rows of every (row, expert) pair, expert by expert, then h for the shared expert: [(P + R) * D]
+            x = h[np.concatenate([rows, np.arange(R)]) if self.shared is not None else rows].reshape(-1)
+            offs, at = [a * D for a in cuts[:-1]], P * D
+        lins = [e.gate_up for e in mlps]
+        if self.shared is not None:
+            lins += [self.shared.gate_up, self.shared_gate]
+            offs, counts = offs + [at, at], counts + [R, R]
+        ups = run_packed(lins, x, offs, counts)  # [P, 2I] routed, then [R, 2I_s] shared, then [R, 1] its gate
+        wide = [lin.out_features for lin in lins]
+        routed = P * wide[0] if m else 0
+        parts = [ups[:routed].reshape(P, -1)] if m else []
+        if self.shared is not None:
+            parts.append(ups[routed : routed + R * wide[m]].reshape(R, -1))
+        if len(parts) == 2 and parts[0].shape[1] == parts[1].shape[1]:  # one SwiGLU call: contiguous, one width
+            acts = self.ops.silu_mul(ups[: routed + R * wide[m]].reshape(P + R, -1)).reshape(-1)
         else:
-            x = h[rows]  # [P, D]: the rows of every (row, expert) pair, expert by expert
-            xs = [x[a:b] for a, b in zip(cuts, cuts[1:])]
-        shared = [self.shared] if self.shared is not None else []
-        gates = [self.shared_gate] if self.shared is not None else []
-        ups = run_many([e.gate_up for e in mlps + shared] + gates, xs + [h] * (len(shared) + len(gates)))
-        # one SwiGLU call for the routed rows, and the shared expert's too when its width is theirs (elementwise:
-        # the bits of a call each); [P (+ R), I]
-        joint = bool(shared) and m > 0 and ups[m].shape[1] == ups[0].shape[1]
-        acts = self.ops.silu_mul(np.concatenate(ups[: m + joint])) if m else None
-        ins = [acts[a:b] for a, b in zip(cuts, cuts[1:])]
-        ins += [acts[cuts[-1]:] if joint else self.ops.silu_mul(ups[m]) for _ in shared]
-        ys = run_many([e.down for e in mlps + shared], ins)
-        y = np.concatenate(ys[:m]) if m else None
-        return y, (sigmoid(ups[-1]) * ys[-1] if shared else None)
+            acts = np.concatenate([self.ops.silu_mul(a).reshape(-1) for a in parts]) if parts else np.zeros(0, F32)
+        downs = [e.down for e in mlps] + ([self.shared.down] if self.shared is not None else [])
+        inner = [lin.in_features for lin in downs]
+        doffs = [a * inner[0] for a in cuts[:-1]] + ([P * inner[0] if m else 0] if self.shared is not None else [])
+        y = run_packed(downs, acts, doffs, counts[:m] + ([R] if self.shared is not None else [])).reshape(-1, D)
+        if self.shared is None:
+            return (y if m else None), None
+        gate = ups[routed + R * wide[m]:].reshape(R, 1)
+        return (y[:P] if m else None), sigmoid(gate) * y[P:]
 
     def _expert(self, e: int, x: np.ndarray) -> np.ndarray:
         """Expert ``e`` on rows x [m, D], padded to whole row sets as the dense MLP's input is."""

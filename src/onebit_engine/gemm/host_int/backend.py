@@ -29,6 +29,7 @@ from . import int_kernels, native
 from .arena import TileArena, settle
 from .layout import TiledWeight
 from ..base import F32_DTYPE as _F32
+from ..base import flat_rows
 from ..registry import register
 
 WEIGHT_CODES = {"int8": "int8 [-127,127] max/127", "int4": "int4 [-7,7] max/7", "ternary": "ternary {-1,0,1} absmean"}
@@ -144,33 +145,40 @@ class HostIntBackend:
         quantize_rows(x)  # a non-finite row: raise the numpy quantizer's error, naming every bad row
         raise AssertionError("native kernel reported a non-finite row that numpy accepted")  # pragma: no cover
 
-    def matmul_many(self, xs: "list[np.ndarray]", packed: list) -> "list[np.ndarray]":
-        """``[matmul(x, p) for x, p in zip(xs, packed)]``, the same bits, on a native path in one pooled call
-        (several small products a token, like a MoE layer's experts, pay the pool's wake and join once)."""
-        if len(xs) != len(packed):
-            raise ValueError(f"matmul_many: {len(xs)} inputs for {len(packed)} weights")
-        if self._native is None or not self._many_ok(xs, packed):
-            return [self.matmul(x, p) for x, p in zip(xs, packed)]  # the twin, and every check's message
-        out: list[np.ndarray] = []
-        for lo in range(0, len(xs), native.MAX_MANY):
+    def matmul_packed(self, x: np.ndarray, offs: "list[int]", counts: "list[int]", packed: list) -> np.ndarray:
+        """``base.run_packed``'s products on flat buffers: product s is ``packed[s]`` on the ``counts[s]`` rows of
+        its K at element ``offs[s]`` of the flat x; the outputs back to back in one flat float32 array. The bits
+        of ``matmul`` on each product's rows (its twin, and every check's message where the call cannot go as it is)."""
+        if not (len(offs) == len(counts) == len(packed)):
+            raise ValueError(f"matmul_packed: {len(offs)} offsets and {len(counts)} counts for {len(packed)} weights")
+        yo = self._packed_plan(x, offs, counts, packed) if self._native is not None else None
+        if yo is None:
+            ys = [self.matmul(flat_rows(x, o, c, p.shape[1]), p).ravel() for o, c, p in zip(offs, counts, packed)]
+            return np.concatenate(ys) if ys else np.zeros(0, _F32)
+        y = np.empty(yo.pop(), _F32)
+        for lo in range(0, len(packed), native.MAX_MANY):
             hi = lo + native.MAX_MANY
-            ys = self._native.matmul_many(xs[lo:hi], packed[lo:hi], self.threads)
-            if ys.__class__ is not list:
-                self.matmul(xs[lo + ys], packed[lo + ys])  # raises the quantizer's error for that input
+            bad = self._native.matmul_packed(x, offs[lo:hi], counts[lo:hi], packed[lo:hi], y, yo[lo:hi], self.threads)
+            if bad is not None:
+                s = lo + bad
+                self.matmul(flat_rows(x, offs[s], counts[s], packed[s].shape[1]), packed[s])  # the quantizer's error
                 raise AssertionError("native kernel reported a non-finite row that numpy accepted")  # pragma: no cover
-            out += ys
-        return out
+        return y
 
-    def _many_ok(self, xs: list, packed: list) -> bool:
-        """Whether every pair can go to the native call as it is (else each takes ``matmul``). A plain loop with
-        the cheapest test first: a 35B-A3B token checks ~760 pairs, and a generator in all() cost ~1 us a pair."""
-        kernel, rows = self.kernel, int_kernels.MAX_ROWS
-        for x, p in zip(xs, packed):
-            if (x.__class__ is not np.ndarray or x.dtype is not _F32 or getattr(p, "path", None) != kernel
-                    or x.ndim != 2 or not 0 < x.shape[0] <= rows or not 0 < x.shape[1] == p.shape[1]
-                    or not x.flags.c_contiguous):
-                return False
-        return True
+    def _packed_plan(self, x, offs, counts, packed) -> "list[int] | None":
+        """Each product's output offset in y, then y's size (popped by the caller), when every product can go to the native call as it
+        is (x flat float32 C-contiguous, each weight this kernel's, 1..MAX_ROWS rows inside x); else None."""
+        if x.__class__ is not np.ndarray or x.dtype is not _F32 or x.ndim != 1 or not x.flags.c_contiguous:
+            return None
+        kernel, rows, size = self.kernel, int_kernels.MAX_ROWS, x.shape[0]
+        yo, at = [], 0
+        for o, c, p in zip(offs, counts, packed):
+            if getattr(p, "path", None) != kernel or not 0 < c <= rows or o < 0 or not 0 < p.shape[1] or o + c * p.shape[1] > size:
+                return None
+            yo.append(at)
+            at += c * p.shape[0]
+        yo.append(at)
+        return yo
 
     def _odd_shape(self, x: np.ndarray, packed: TiledWeight) -> np.ndarray:
         """No rows, K = 0 (acc = 0, sa = 1: zeros), or more than MAX_ROWS rows (run MAX_ROWS at a time:
@@ -211,3 +219,4 @@ class _TernaryChecked:
 
 
 register("host-int", lambda **options: HostIntBackend(**options))
+

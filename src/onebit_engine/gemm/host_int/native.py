@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -38,7 +39,7 @@ FLAGS = ("-O2", "-mavx2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shar
 VARIANTS = {"main": (), "emulated": ("-DONEBIT_HI_EMULATE_AVX512",)}
 ABI_VERSION = 6
 DELTA_PATHS = {"avx2": 0, "avx512": 1}  # delta.c's paths: 8 or 16 float lanes (the emulated library: 16 only)
-MAX_MANY = 64  # products per matmul_many call (kernel.c)
+MAX_MANY = 64  # products per onebit_hi_matmul_many call (kernel.c)
 _LOADED: "dict[str, NativeKernel]" = {}
 _ERROR: "dict[str, str]" = {}
 
@@ -194,25 +195,28 @@ class NativeKernel:
         raise RuntimeError(f"native host-int kernel failed with code {rc} (m={m}, shape={tw.shape}, fmt={tw.fmt}, "
                            f"path={tw.path})")
 
-    def matmul_many(self, xs: "list[np.ndarray]", tws: "list[TiledWeight]", threads: int) -> "list[np.ndarray] | int":
-        """``matmul`` of every pair ``(xs[i], tws[i])`` in one pooled call (1 <= len <= MAX_MANY; each x float32
-        C-contiguous, 1 to 16 rows); returns the outputs, or the index of the first product with a non-finite row."""
-        count = len(xs)
-        ys = [np.empty((x.shape[0], tw.shape[0]), _F32) for x, tw in zip(xs, tws)]
+    def matmul_packed(self, x: np.ndarray, xo: Sequence[int], m: Sequence[int], tws: "list[TiledWeight]", y: np.ndarray,
+                      yo: Sequence[int], threads: int) -> "int | None":
+        """Several products in one pooled call (kernel.c's ``onebit_hi_matmul_many``) on flat buffers: product i
+        reads ``m[i]`` rows of its K at element ``xo[i]`` of ``x`` and writes its ``[m[i], N_i]`` at element ``yo[i]``
+        of ``y`` (x, y float32 C-contiguous; the caller checked every range; 1 <= len <= MAX_MANY). None, or the index of the first product with a non-finite row (nothing of it written)."""
+        count = len(tws)
         addr = np.empty((4, count), np.int64)  # weights, x, rows, y
         addr[0] = [tw.c_struct[1] for tw in tws]
-        addr[2] = [x.shape[0] for x in xs]
-        if self.data_off >= 0:
-            addr[1], addr[3] = [id(x) for x in xs], [id(y) for y in ys]
-        else:
-            addr[1], addr[3] = [x.ctypes.data for x in xs], [y.ctypes.data for y in ys]
+        addr[1] = xo
+        addr[2] = m
+        addr[3] = yo
+        addr[1] *= 4
+        addr[1] += x.ctypes.data
+        addr[3] *= 4
+        addr[3] += y.ctypes.data
         base, row = addr.ctypes.data, 8 * count
-        rc = self._matmul_many(base, base + row, base + 2 * row, base + 3 * row, count, threads, self.data_off)
+        rc = self._matmul_many(base, base + row, base + 2 * row, base + 3 * row, count, threads, -1)
         if not rc:
-            return ys
+            return None
         if -16 - count < rc <= -16:
             return -16 - rc
-        raise RuntimeError(f"native host-int matmul_many failed with code {rc} ({count} products, rows {addr[2].tolist()})")
+        raise RuntimeError(f"native host-int matmul_many failed with code {rc} ({count} products, rows {list(m)})")
 
     def plan(self, tw: TiledWeight, m: int, threads: int) -> dict[str, int]:
         """The threads and jobs a call of ``m`` rows would use (tests; bits never depend on them)."""
