@@ -1,12 +1,13 @@
 """``onebit inspect PATH`` (what a checkpoint, quantized file or stage file holds) and ``onebit quantize``."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError, WeightError
+from ..errors import CheckpointError, ConfigError, WeightError
 from ..hybrid.weights import value_problems
 from . import models, ui
 
@@ -40,8 +41,36 @@ def _quantization(path: Path, meta: dict, tensors: list[dict[str, Any]]) -> dict
     return {"format_version": head["version"], "formats": sorted({w["format"] for w in weights}), "weights": weights}
 
 
+def _unchecked(kind: str) -> str:
+    """What the folder check leaves to loading (said with its verdict)."""
+    later = "values are scanned when the weights load"
+    if kind == "draft":  # the draft's fit needs the target it is loaded with
+        later += "; its fit to a target (hidden size, vocabulary, tapped layers) is checked when it loads with one"
+    return later
+
+
+def _loads(folder: Path, kind: str, cfg) -> dict[str, Any]:
+    """Whether the loader would take the folder: its structure check (names and shapes, quantized ones too),
+    no weight values read, so inspecting a large checkpoint stays cheap."""
+    from ..hybrid.model import folder_weights
+    from ..hybrid.weights import check_and_map
+
+    try:
+        if kind == "target":
+            check_and_map(folder_weights(folder, values=False), cfg, str(folder), values=False)
+        else:
+            from ..draft.loader import check_structure
+
+            check_structure(folder, cfg)
+        problem = None
+    except (WeightError, CheckpointError, ConfigError) as e:
+        problem = " ".join(line.strip() for line in str(e).splitlines() if line.strip())  # one line, as main's
+    return {"ok": problem is None, "checked": f"names and shapes ({_unchecked(kind)})", "problem": problem}
+
+
 def describe(path: "str | Path") -> dict[str, Any]:
-    """A JSON-ready description: kind, config summary, quantization, tensors and totals.
+    """A JSON-ready description: kind, config summary, quantization, tensors and totals; for a folder,
+    ``loads``: whether the loader's structure check passes (names and shapes; values are not read).
 
     A folder written by ``onebit quantize --out DIR`` reports the quantization of its
     ``quantized.safetensors`` (formats and weights) and lists that file's tensors with the float ones."""
@@ -55,6 +84,7 @@ def describe(path: "str | Path") -> dict[str, Any]:
     p = Path(path)
     if not p.exists():
         raise CheckpointError(f"{str(p)!r} does not exist; give a checkpoint folder, a quantized .safetensors file or a stage file")
+    loads = None
     if p.is_dir():
         raw = read_config(p)
         tensors = _tensors(checkpoint_files(p))
@@ -86,6 +116,7 @@ def describe(path: "str | Path") -> dict[str, Any]:
             quant = {**_quantization(qfile, read_header(qfile)[2], qtensors), "file": QUANT_FILE,
                      "float_dtypes": dtypes}
             tensors += qtensors
+        loads = _loads(p, kind, c)
     else:
         _, _, meta = read_header(p)
         tensors = _tensors([p])
@@ -105,15 +136,31 @@ def describe(path: "str | Path") -> dict[str, Any]:
             kind, cfg, quant = "safetensors", {"metadata": meta}, None
     total = sum(t["bytes"] for t in tensors)
     params = sum(int(np.prod(t["shape"])) for t in tensors)
-    return {"path": str(p), "kind": kind, "config": cfg, "quantization": quant, "tensors": tensors,
-            "total_bytes": total, "total_elements": params}
+    d = {"path": str(p), "kind": kind, "config": cfg, "quantization": quant, "tensors": tensors,
+         "total_bytes": total, "total_elements": params}
+    if loads is not None:
+        d["loads"] = loads
+    return d
 
 
 def cmd_inspect(args) -> int:
+    """Exit 2 when a folder does not load: the description is still printed (what it holds helps find
+    the problem), then the loader's refusal as the one error line."""
     d = describe(args.path)
+    loads = d.get("loads")
     if args.json:
         ui.print_json(d)
-        return 0
+    else:
+        _print_description(d)
+        if loads is not None and loads["ok"]:
+            print(f"loads: yes (names and shapes checked; {_unchecked(d['kind'])})")
+    if loads is not None and not loads["ok"]:
+        print(f"onebit: error: {d['path']} does not load: {loads['problem']}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _print_description(d: dict[str, Any]) -> None:
     print(f"{d['path']}: {d['kind']}, {len(d['tensors'])} tensors, {d['total_elements']:,} elements, "
           f"{d['total_bytes'] / 2**20:.2f} MiB")
     for k, v in d["config"].items():
@@ -133,13 +180,12 @@ def cmd_inspect(args) -> int:
         print(ui.table(["weight", "format", "shape", "bytes", "bits/weight"],
                        [(w["name"], w["format"], "x".join(map(str, w["shape"])), w["bytes"], w["bits_per_weight"]) for w in q["weights"]]))
         if "file" not in q:
-            return 0
+            return
         print()
     elif q is not None:
         print(f"quantization: {q}")
     print(ui.table(["tensor", "shape", "dtype", "bytes"],
                    [(t["name"], "x".join(map(str, t["shape"])) or "scalar", t["dtype"], t["bytes"]) for t in d["tensors"]]))
-    return 0
 
 
 def is_projection(name: str, arr) -> bool:

@@ -175,9 +175,10 @@ def expected_shapes(c: DraftConfig, vocab: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:
+def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], *, values: bool = True) -> None:
     """One WeightError naming every kind of problem (the first few of each, counted): missing tensors,
-    unknown tensors, shape mismatches, float weights stored as integers, NaN / inf values."""
+    unknown tensors, shape mismatches, float weights stored as integers, NaN / inf values (``values=False``:
+    names and shapes only)."""
     missing = sorted(set(shapes) - set(tensors))
     unknown = sorted(set(tensors) - set(shapes))
     shaped = sorted(set(shapes) & set(tensors))
@@ -190,7 +191,8 @@ def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, .
         lines.append(first_few([f"unknown tensor {n} (shape {tuple(tensors[n].shape)})" for n in unknown]))
     if wrong:
         lines.append(first_few(wrong))
-    lines += value_problems({n: tensors[n] for n in shaped if getattr(tensors[n], "fmt", None) is None})
+    if values:
+        lines += value_problems({n: tensors[n] for n in shaped if getattr(tensors[n], "fmt", None) is None})
     if lines:
         raise WeightError(
             f"the draft checkpoint does not match its config.json ({len(missing)} missing, {len(unknown)} unknown, "
@@ -198,3 +200,15 @@ def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, .
             + "; use the config.json that came with these weights (layer count, heads, sizes, version) and "
             "weights in a float dtype with finite values"
         )
+
+
+def check_structure(folder: str | Path, config: DraftConfig) -> None:
+    """The draft's own tensors against its config, names and shapes, with no target and no value scanned
+    (``onebit inspect``). The fit to a target (``check_fits_target``) needs one. The codebooks' rows are the
+    target's vocabulary: with no ``vocab_size`` in config.json they are taken as stored."""
+    tensors = canonical_names(folder_weights(Path(folder), values=False))
+    vocab = config.vocab_size
+    if vocab is None:
+        rows = [tensors[n].shape[0] for n in _CODEBOOKS if n in tensors and len(tensors[n].shape) == 2]
+        vocab = rows[0] if rows else 0
+    check_tensors(tensors, expected_shapes(config, vocab), values=False)

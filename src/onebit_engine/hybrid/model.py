@@ -161,14 +161,15 @@ class Target:
         return Output(logits, hidden)
 
 
-def folder_weights(folder: Path) -> dict:
+def folder_weights(folder: Path, *, values: bool = True) -> dict:
     """Every weight of a checkpoint folder, none read yet: checkpoint tensors as refs and, in a servable
     quantized folder (``onebit quantize --out DIR``, ``onebit synth``), ``quantized.safetensors``'s weights
     as lazily read quantized rows. The target packs each weight a block at a time from these, so loading
-    never holds a float copy of the model (docs/architecture.md, "Memory")."""
+    never holds a float copy of the model (docs/architecture.md, "Memory"). ``values=False``: the quantized
+    codes are not scanned (``open_quantized``)."""
     tensors = folder_refs(folder)
     if (folder / QUANT_FILE).exists():
-        quantized = open_quantized(folder / QUANT_FILE)
+        quantized = open_quantized(folder / QUANT_FILE, values=values)
         both = sorted(set(quantized) & set(tensors))
         if both:  # which copy would run is not for the loader to guess
             raise CheckpointError(f"{folder}: {len(both)} weight(s) are both in {QUANT_FILE} and in the float checkpoint "

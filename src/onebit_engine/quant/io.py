@@ -68,11 +68,11 @@ def _check_file(path: Path) -> None:
                               f"(or save_quantized())")
 
 
-def open_quantized(path: "str | Path") -> dict:
+def open_quantized(path: "str | Path", *, values: bool = True) -> dict:
     """The weights of a file written by :func:`save_quantized` (or ``onebit synth``), read lazily: a
     :class:`~.rows.QuantRows` per weight whose codes stay on disk until packed block by block (the
     scales, 4 bytes a row, are read now). Checked as :func:`load_quantized` checks, the codes read a
-    block at a time for that."""
+    block at a time for that; ``values=False`` skips the codes (``onebit inspect`` checks names and shapes)."""
     from ..checkpoint.safetensors import file_refs, read_header
     from .rows import QuantRows
 
@@ -88,7 +88,7 @@ def open_quantized(path: "str | Path") -> dict:
             problems.append(f"weight {name!r} is inconsistent: {detail}")
         else:
             q = QuantRows(e["format"], tuple(e["shape"]), refs[f"{name}.qdata"], np.ascontiguousarray(refs[f"{name}.scale"].load()))
-            bad = q.problems()  # the codes, a block at a time
+            bad = q.problems() if values else []  # the codes, a block at a time
             if bad:
                 problems.append(f"weight {name!r} is inconsistent: {'; '.join(bad)}")
             out[name] = q
