@@ -18,8 +18,8 @@ bits of a call each, tested). Why: a 35B-A3B token runs 9 experts in each of 40 
 and paid the thread pool's wake and join and Python's call cost on every one. The products read rows of one
 flat input and write one flat output (the gathered pairs' rows, then h for the shared expert; the routed and
 shared gate/up outputs back to back, so one SwiGLU call takes them and its output is the down projections'
-input as it is): no per-product views, concatenates or checks (a 35B-A3B MoE layer 0.92x at 1 row and 0.91x
-at 8, same bits). Around them the routed pairs travel as flat arrays (``ops.moe.route_plan``), and every path
+input as it is): no per-product views, concatenates or checks (a 35B-A3B MoE layer 0.91x at 1 row and at 8,
+medians; same bits). Around them the routed pairs travel as flat arrays (``ops.moe.route_plan``), and every path
 adds them into their rows with the op table's ``moe_combine``: numpy calls per expert had cost ~39 ms of a
 35B-A3B verify of 8 rows (~57 experts a layer).
 """
@@ -99,22 +99,23 @@ class MoeMLP:
             lins += [self.shared.gate_up, self.shared_gate]
             offs, counts = offs + [at, at], counts + [R, R]
         ups = run_packed(lins, x, offs, counts)  # [P, 2I] routed, then [R, 2I_s] shared, then [R, 1] its gate
-        wide = [lin.out_features for lin in lins]
-        routed = P * wide[0] if m else 0
+        routed = P * lins[0].out_features if m else 0
+        shared = routed + R * self.shared.gate_up.out_features if self.shared is not None else routed
         parts = [ups[:routed].reshape(P, -1)] if m else []
-        if self.shared is not None:
-            parts.append(ups[routed : routed + R * wide[m]].reshape(R, -1))
+        if shared > routed:
+            parts.append(ups[routed:shared].reshape(R, -1))
         if len(parts) == 2 and parts[0].shape[1] == parts[1].shape[1]:  # one SwiGLU call: contiguous, one width
-            acts = self.ops.silu_mul(ups[: routed + R * wide[m]].reshape(P + R, -1)).reshape(-1)
+            acts = self.ops.silu_mul(ups[:shared].reshape(P + R, -1)).reshape(-1)
         else:
             acts = np.concatenate([self.ops.silu_mul(a).reshape(-1) for a in parts]) if parts else np.zeros(0, F32)
-        downs = [e.down for e in mlps] + ([self.shared.down] if self.shared is not None else [])
-        inner = [lin.in_features for lin in downs]
-        doffs = [a * inner[0] for a in cuts[:-1]] + ([P * inner[0] if m else 0] if self.shared is not None else [])
-        y = run_packed(downs, acts, doffs, counts[:m] + ([R] if self.shared is not None else [])).reshape(-1, D)
+        inner = mlps[0].down.in_features if m else 0
+        downs, doffs = [e.down for e in mlps], [a * inner for a in cuts[:-1]]
+        if self.shared is not None:
+            downs, doffs, counts = downs + [self.shared.down], doffs + [P * inner], counts[:m] + [R]
+        y = run_packed(downs, acts, doffs, counts).reshape(-1, D)
         if self.shared is None:
             return (y if m else None), None
-        gate = ups[routed + R * wide[m]:].reshape(R, 1)
+        gate = ups[shared:].reshape(R, 1)
         return (y[:P] if m else None), sigmoid(gate) * y[P:]
 
     def _expert(self, e: int, x: np.ndarray) -> np.ndarray:

@@ -166,8 +166,9 @@ class HostIntBackend:
         return y
 
     def _packed_plan(self, x, offs, counts, packed) -> "list[int] | None":
-        """Each product's output offset in y, then y's size (popped by the caller), when every product can go to the native call as it
-        is (x flat float32 C-contiguous, each weight this kernel's, 1..MAX_ROWS rows inside x); else None."""
+        """Each product's output offset in y, then y's size (popped by the caller), when every product can go to
+        the native call as it is (x flat float32 C-contiguous, each weight this kernel's, 1..MAX_ROWS rows inside
+        x); else None."""
         if x.__class__ is not np.ndarray or x.dtype is not _F32 or x.ndim != 1 or not x.flags.c_contiguous:
             return None
         kernel, rows, size = self.kernel, int_kernels.MAX_ROWS, x.shape[0]

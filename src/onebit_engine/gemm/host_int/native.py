@@ -199,7 +199,8 @@ class NativeKernel:
                       yo: Sequence[int], threads: int) -> "int | None":
         """Several products in one pooled call (kernel.c's ``onebit_hi_matmul_many``) on flat buffers: product i
         reads ``m[i]`` rows of its K at element ``xo[i]`` of ``x`` and writes its ``[m[i], N_i]`` at element ``yo[i]``
-        of ``y`` (x, y float32 C-contiguous; the caller checked every range; 1 <= len <= MAX_MANY). None, or the index of the first product with a non-finite row (nothing of it written)."""
+        of ``y`` (x, y float32 C-contiguous; the caller checked every range; 1 <= len <= MAX_MANY). None, or the
+        index of the first product with a non-finite row (nothing of it written)."""
         count = len(tws)
         addr = np.empty((4, count), np.int64)  # weights, x, rows, y
         addr[0] = [tw.c_struct[1] for tw in tws]
