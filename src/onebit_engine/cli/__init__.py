@@ -15,6 +15,7 @@ import warnings
 
 from ..errors import OnebitError
 from ..hybrid.commit import COMMIT_PATHS
+from . import ui
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # one line, exit 2 (argparse's own code), with the way out
         line = f"{message} (see `{self.prog} --help`)"
-        print(f"onebit: error: {line}", file=sys.stderr)
+        ui.error(line)
         e = SystemExit(2)
         e.message = line  # for the --json error object
         raise e
@@ -312,7 +313,7 @@ def _run(func: str, args) -> int:
 def _warn_one_line(message, category, filename, lineno, file=None, line=None):
     """A warning as one stderr line, ``onebit: warning: ...`` (not Python's two lines with a source line)."""
     text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"onebit: warning: {text}", file=sys.stderr if file is None else file)
+    ui.warning(text, file)
 
 
 # The packages the CLI imports lazily, with the extra that brings each: a last net under the code that
@@ -367,7 +368,7 @@ def _builtin_inputs(args) -> list:
 
 
 def _refuse(argv: list[str], msg: str, as_json: bool) -> int:
-    print(f"onebit: error: {msg}", file=sys.stderr)
+    ui.error(msg)
     if as_json:
         _json_error(argv, msg)
     return 2

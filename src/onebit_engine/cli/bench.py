@@ -96,7 +96,7 @@ def _unwritten(doc: dict, err: OutputError, args) -> int:
         ui.print_json(dict(doc, error=msg, exit_code=2))
     else:
         print(ui.dumps(doc), end="")
-    print(f"onebit: error: {msg}", file=sys.stderr)
+    ui.error(msg)
     return 2
 
 

@@ -1,7 +1,6 @@
 """``onebit inspect PATH`` (what a checkpoint, quantized file or stage file holds) and ``onebit quantize``."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +154,7 @@ def cmd_inspect(args) -> int:
         if loads is not None and loads["ok"]:
             print(f"loads: yes (names and shapes checked; {_unchecked(d['kind'])})")
     if loads is not None and not loads["ok"]:
-        print(f"onebit: error: {d['path']} does not load: {loads['problem']}", file=sys.stderr)
+        ui.error(f"{d['path']} does not load: {loads['problem']}")
         return 2
     return 0
 

@@ -75,6 +75,16 @@ def note(args, text: str) -> None:
     Status(args).say(text)
 
 
+def error(msg: str) -> None:
+    """The refusal's one stderr line (docs/cli.md: ``onebit: error: ...``, then exit 2 by the caller)."""
+    print(f"onebit: error: {msg}", file=sys.stderr)
+
+
+def warning(msg: str, file=None) -> None:
+    """A warning's one stderr line, ``onebit: warning: ...``."""
+    print(f"onebit: warning: {msg}", file=sys.stderr if file is None else file)
+
+
 def count(n: int, noun: str) -> str:
     """``1 repeat``, ``3 repeats``."""
     return f"{n} {noun}{'s' * (n != 1)}"
