@@ -220,4 +220,3 @@ class _TernaryChecked:
 
 
 register("host-int", lambda **options: HostIntBackend(**options))
-
