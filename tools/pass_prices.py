@@ -3,11 +3,12 @@
 
     python tools/pass_prices.py .bench/synth/qwen3.6-27b-int4-s0 [--seconds 300] [--threads 2] [--rows 8]
 
-The folder is one `onebit synth` wrote (its target/). For --seconds: a timed read of a 512 MiB buffer on the
-backend's own pool (`read_stream`, the bound `onebit bench --shape` uses), then, in shuffled order, a plain step
-and a verify + commit of each row count, each from a copy of one prefilled state. Medians by the read's speed:
-the prices the loop's pass planner (`loop/stages.py`) would see in a slow and in a fast minute (docs/loop.md,
-"What a Zen 4 with AVX-512 VNNI gives"). Needs the target's memory (~14 GB for 27B int4) and a quiet machine.
+The folder is one `onebit synth` wrote (its target/). For --seconds: a read of the stream `onebit bench
+--shape` pairs its plain steps with (`measure.membw.ReadStream` on the host-int library's pool, 512 MiB, the
+faster of `paired_bound.READS` reads), then, in shuffled order, a plain step and a verify + commit of each row
+count, each from a copy of one prefilled state. Medians by the read's speed: the prices the loop's pass planner
+(`loop/stages.py`) would see in a slow and in a fast minute (docs/loop.md, "What a Zen 4 with AVX-512 VNNI
+gives"). Needs the target's memory (~14 GB for 27B int4) and a quiet machine.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from onebit_engine.gemm import get_backend  # noqa: E402
 from onebit_engine.hybrid import load_target  # noqa: E402
+from onebit_engine.measure.membw import ReadStream  # noqa: E402
+from onebit_engine.measure.paired_bound import READS  # noqa: E402
 
 BINS = ((0.0, 40.0), (40.0, 50.0), (50.0, float("inf")))  # GB/s: this VM's slow and fast minutes (docs/host-int.md)
 
@@ -34,17 +37,24 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=8, help="the largest pass (k + 1)")
     args = ap.parse_args()
+    if not (args.folder / "target" / "config.json").is_file():
+        print(f"pass_prices: error: {args.folder} has no target/config.json: give a folder `onebit synth --out DIR` wrote "
+              "(e.g. .bench/synth/qwen3.6-27b-int4-s0 after `onebit bench --shape qwen3.6-27b --format int4`)", file=sys.stderr)
+        return 2
+    if args.rows < 1 or args.threads < 1:
+        print(f"pass_prices: error: --rows {args.rows} and --threads {args.threads}: both must be >= 1", file=sys.stderr)
+        return 2
     backend = get_backend("host-int", threads=args.threads)
     if getattr(backend, "_native", None) is None:
         print(f"pass_prices: error: the host-int native library is not available here ({backend.describe()['unavailable']}); "
-              "it times the kernel the loop runs", file=sys.stderr)
+              "it times the kernel the loop runs: install the fast extra (pip install -e '.[fast]')", file=sys.stderr)
         return 2
     target = load_target(args.folder / "target", backend=backend, row_set=16)
     rng = np.random.default_rng(0)
     start = target.new_state()
     target.forward([int(t) for t in rng.integers(0, target.config.vocab_size, 16)], start)
     toks = [int(t) for t in rng.integers(0, target.config.vocab_size, args.rows)]
-    buf = np.ones(512 << 20, np.uint8)
+    stream = ReadStream(512 << 20, threads=args.threads, native=backend._native)
 
     def price(rows: int) -> float:  # rows 0: a plain step
         st = start.copy()
@@ -61,9 +71,7 @@ def main() -> int:
         price(k)
     sets, end = [], time.time() + args.seconds
     while time.time() < end:
-        t = time.perf_counter()
-        backend._native.read_stream(buf, args.threads)
-        gbs = buf.size / (time.perf_counter() - t) / 1e9
+        gbs = stream.nbytes / min(stream.seconds() for _ in range(READS)) / 1e9
         random.shuffle(kinds)
         sets.append((gbs, {k: price(k) for k in kinds}))
     print(f"{args.folder.name}, {args.threads} threads, {len(sets)} sets; medians, ms (x plain step)")
