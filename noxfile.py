@@ -71,7 +71,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python="3.11", default=False, tags=["bench"], name="bench-scale")
 def bench_scale(session: nox.Session) -> None:
-    """Real model shapes, synthesized (needs ~16 GiB of memory, ~35 GB of disk, ~40 min): docs/benchmarks.md's scale table."""
+    """Real model shapes, synthesized (needs ~16 GiB of memory, ~35 GB of disk, ~40 min on a Zen 4, ~75 on a Zen 3): docs/benchmarks.md's
+    scale table of this CPU's host-int path (avx512vnni: the main one; avx2: its own section) and docs/loop.md's regime map."""
     session.install("--upgrade", "pip")
     session.install("-e", ".[fast,cli]")
     # BLAS and numba at one thread as everywhere: the GEMM backend's own pool takes the cores each row asks for
