@@ -21,6 +21,13 @@ import numpy as np
 READS = 2  # timed reads of the stream before each step; the faster counts (a bound is the best the memory does)
 
 
+def stream_gb_s(stream, reads: int = READS) -> float:
+    """The memory's rate this moment: ``stream``'s (``membw.ReadStream``) bytes over the fastest of ``reads`` reads, GB/s."""
+    if reads < 1:
+        raise ValueError(f"reads={reads}: at least one stream read goes before each step")
+    return stream.nbytes / min(stream.seconds() for _ in range(reads)) / 1e9
+
+
 def paired_steps(target, prompt: Sequence[int], tokens: Sequence[int], stream, reads: int = READS) -> list[tuple[float, float]]:
     """Prefill ``prompt``, then feed ``tokens`` one plain step each (plain greedy decoding's steps when
     ``tokens`` are its output but the last), each step right after ``reads`` timed reads of ``stream``
@@ -31,7 +38,7 @@ def paired_steps(target, prompt: Sequence[int], tokens: Sequence[int], stream, r
     target.forward(list(prompt), state)
     out = []
     for tok in tokens:
-        gb_s = stream.nbytes / min(stream.seconds() for _ in range(reads)) / 1e9
+        gb_s = stream_gb_s(stream, reads)
         t0 = time.perf_counter()
         target.forward([int(tok)], state)
         out.append((gb_s, time.perf_counter() - t0))
