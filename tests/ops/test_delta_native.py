@@ -33,7 +33,7 @@ def _same(a, b):
 @pytest.mark.parametrize("variant,path", PATHS)
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 3]), st.sampled_from([1, 5, 16]),
-       st.sampled_from([1, 7, 8, 16, 20, 37, 128]), st.integers(0, 9), st.booleans(), st.booleans(), st.booleans(),
+       st.sampled_from([1, 7, 8, 16, 20, 37, 40, 48, 80, 128]), st.integers(0, 9), st.booleans(), st.booleans(), st.booleans(),
        st.sampled_from([1, 2, 3]), st.booleans(), st.integers(0, 2**16))
 def test_native_heads_are_numbas_bitwise(variant, path, hk, r, dk, dv, n, read_out, apart, nonfinite, threads, by_pointer,
                                          seed):

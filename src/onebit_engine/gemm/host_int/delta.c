@@ -4,8 +4,8 @@
  * this CPU's path, on the AVX-512 emulation and on 1 to 3 threads).
  *
  * Why: numba's loop over a head's state stores three arrays per element (S, the read-out sum, the next
- * row's read sum), as LLVM cannot keep the sums in registers across its loops; with one vector of columns
- * at a time they stay in registers and only S is stored. One head of 8 rows at dk = dv = 128 took 12 us
+ * row's read sum), as LLVM cannot keep the sums in registers across its loops; with a few vectors of columns
+ * at a time (delta_body.h) they stay in registers and only S is stored. One head of 8 rows at dk = dv = 128 took 12 us
  * here against numba's 25-31 us (Zen 4, warm). On the pool: the heads are independent and the pool's second
  * worker only waits between GEMM calls; 18 layers of 16 heads (0.8B) took 0.60 (8 rows) to 0.74 (1 row) of the
  * one-thread time on 2 threads (docs/host-int.md, "The delta rule in C").
@@ -40,6 +40,10 @@ typedef struct {
 #endif
 #define VEC __m512
 #define W 16
+#ifndef NB16
+#define NB16 4 /* blocks at once: 12 sums in 32 vector registers */
+#endif
+#define NB_MAX NB16
 #define LD _mm512_loadu_ps
 #define ST _mm512_storeu_ps
 #define MUL _mm512_mul_ps
@@ -52,6 +56,7 @@ typedef struct {
 #include "delta_body.h"
 #undef VEC
 #undef W
+#undef NB_MAX
 #undef LD
 #undef ST
 #undef MUL
@@ -67,6 +72,10 @@ typedef struct {
 #define TARGET
 #define VEC __m256
 #define W 8
+#ifndef NB8
+#define NB8 2 /* 6 sums in 16 vector registers: 4 blocks spilled */
+#endif
+#define NB_MAX NB8
 #define LD _mm256_loadu_ps
 #define ST _mm256_storeu_ps
 #define MUL _mm256_mul_ps
@@ -125,16 +134,20 @@ static void column1(const delta_head_t *J, int64_t j) {
 
 static TARGET_512 void head16(const delta_head_t *J, float *mem) {
     const int64_t jv = J->dv / 16 * 16;
+    int64_t j = 0;
     row0_16(J, jv, mem);
-    for (int64_t j = 0; j < jv; j += 16) block16(J, j, mem + j);
+    for (; j + 16 * NB16 <= jv; j += 16 * NB16) block16(J, j, mem + j, NB16);
+    for (; j < jv; j += 16) block16(J, j, mem + j, 1);
     for (int64_t j = jv; j < J->dv; j++) column1(J, j);
 }
 
 #ifndef ONEBIT_HI_EMULATE_AVX512
 static void head8(const delta_head_t *J, float *mem) {
     const int64_t jv = J->dv / 8 * 8;
+    int64_t j = 0;
     row0_8(J, jv, mem);
-    for (int64_t j = 0; j < jv; j += 8) block8(J, j, mem + j);
+    for (; j + 8 * NB8 <= jv; j += 8 * NB8) block8(J, j, mem + j, NB8);
+    for (; j < jv; j += 8) block8(J, j, mem + j, 1);
     for (int64_t j = jv; j < J->dv; j++) column1(J, j);
 }
 #endif
