@@ -261,3 +261,86 @@ def test_no_split_is_priced_again_where_no_split_can_pay():
         p.observe_round(7, 7)
     q = planner_with(prices, kept=0.8)
     assert all(q.may_pay(0, 7, s) for s in range(1, 8))
+
+
+class FakeProbe:
+    """The memory's rate a probe reads (GB/s) and the seconds it takes; counts its calls."""
+
+    def __init__(self, rate: float, seconds: float = 0.002):
+        self.rate, self.seconds, self.calls = rate, seconds, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.rate, self.seconds
+
+
+def _split_priced_at(rate: float, prices: dict, kept: float = 0.8) -> "tuple[StagePlanner, int, FakeProbe]":
+    """A planner in one pass whose best split last ran while the probe read ``rate``."""
+    p = planner_with(prices, kept=kept)
+    probe = FakeProbe(rate)
+    p.probe = probe
+    s = p.best_split(0, 7)
+    assert p.rows(0, 7) == 8 and probe.calls == 1  # one pass, but a split may pay: the memory was probed
+    p.observe_pass(8, prices[8] / 1e3)
+    p.observe_round(7, 3)
+    p._rate = rate
+    p.observe_pass(s, prices[s] / 1e3)  # the split's pass ran at that rate
+    p.observe_round(7, 3)
+    assert p.rates[s] == rate
+    return p, s, probe
+
+
+SLOW_MINUTE = {1: 404.0, 3: 446.0, 4: 449.0, 5: 442.0, 7: 503.0, 8: 572.0}  # 27B int4, memory below 40 GB/s
+
+
+def test_a_faster_memory_prices_the_best_split_again_at_once():
+    """The split was priced in a slow minute (one pass is then the better schedule); when the probe reads the
+    memory MINUTE_SHIFT faster than at that pass, the split runs again in the next round, not REFRESH rounds
+    later; a smaller change leaves one pass."""
+    from onebit_engine.loop.stages import MINUTE_SHIFT
+
+    p, s, probe = _split_priced_at(36.0, SLOW_MINUTE)
+    probe.rate = 36.0 * (1 + MINUTE_SHIFT) * 0.98
+    assert p.rows(0, 7) == 8
+    p.observe_pass(8, 0.572)
+    p.observe_round(7, 3)
+    probe.rate = 36.0 * (1 + MINUTE_SHIFT) * 1.02
+    assert p.rows(0, 7) == s
+    p.observe_pass(s, 0.300)  # a fast minute's price: the split now pays and is chosen
+    p.observe_round(7, 3)
+    assert p.rates[s] == probe.rate and p.rows(0, 7) < 8
+    q, s, probe = _split_priced_at(36.0, SLOW_MINUTE)
+    q.probe = None  # no probe: the same rounds keep one pass until REFRESH
+    assert q.rows(0, 7) == 8
+
+
+def test_the_probe_stops_where_it_costs_more_than_its_share_of_a_pass():
+    """0.8B: a 64 MiB read (~1.5 ms) is ~4% of a pass of ~35 ms: after one read the planner stops probing;
+    a 27B pass (~570 ms) keeps it."""
+    from onebit_engine.loop.stages import PROBE_SHARE
+
+    near = {1: 26.4, 3: 26.7, 5: 33.0, 7: 34.0, 8: 35.0}
+    p = planner_with(near, kept=0.8)
+    p.probe = probe = FakeProbe(40.0, seconds=0.0015)
+    for _ in range(3 * REFRESH):
+        rows = p.rows(0, 7)
+        p.observe_pass(rows, near.get(rows, 35.0) / 1e3)
+        p.observe_round(7, 3)
+    assert probe.calls == 1 and 1.5 > PROBE_SHARE * 35.0
+    q, _, probe = _split_priced_at(36.0, SLOW_MINUTE)
+    for _ in range(4):
+        q.rows(0, 7)
+        q.observe_pass(8, 0.572)
+        q.observe_round(7, 3)
+    assert probe.calls == 5
+
+
+def test_no_probe_where_no_split_can_pay():
+    prices = {**{r: 900.0 for r in range(1, 8)}, 8: 634.0}
+    p = planner_with(prices, kept=1.0)
+    p.probe = probe = FakeProbe(60.0)
+    for _ in range(2 * REFRESH):
+        assert p.rows(0, 7) == 8
+        p.observe_pass(8, 0.634)
+        p.observe_round(7, 7)
+    assert probe.calls == 0

@@ -38,3 +38,22 @@ def test_the_native_read_stream_reads_every_byte(threads):
         rs = ReadStream(threads=threads, buf=buf, native=lib)
         assert rs.parts_max() == int(np.bitwise_or.reduce(buf)) and rs.seconds() > 0
         rs.close()
+
+
+def test_rate_probe_is_the_fastest_of_its_reads():
+    """The planner's probe: the fastest of its reads, as GB/s of the stream's bytes, and the time it spent."""
+    import pytest
+
+    from onebit_engine.measure.membw import rate_probe
+
+    class Stream:
+        nbytes = 64 * 2**20
+        times = iter([0.004, 0.002, 0.003])
+
+        def seconds(self):
+            return next(self.times)
+
+    rate, spent = rate_probe(Stream(), reads=2)()
+    assert rate == pytest.approx(64 * 2**20 / 0.002 / 1e9) and spent >= 0.0
+    with pytest.raises(ValueError, match="at least one read"):
+        rate_probe(Stream(), reads=0)

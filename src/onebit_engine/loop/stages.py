@@ -31,6 +31,13 @@ old, priced 3 rows at 436 ms in a fast minute (measured at ~300) and kept a tabl
 compute, its own time says nothing about the memory's minute: only a small pass does, so the best split's
 first pass is tried every ``REFRESH`` rounds and its newest time prices it.
 
+With a ``probe`` (a timed read of a buffer larger than the caches: the memory's rate now), the planner also
+prices the best split again as soon as the memory reads ``MINUTE_SHIFT`` faster than when that split last ran,
+instead of waiting out ``REFRESH`` rounds: a fast minute is when a split pays, and one pass, bound by compute,
+cannot show it. The probe runs once a round (before its first pass) while it costs under ``PROBE_SHARE`` of one
+pass (a 64 MiB read: ~1.5 ms against a 27B pass of ~560; at 0.8B it would be 4% of a pass, so it stops after
+its first read) and only while some split could pay (``may_pay``).
+
 A split is taken only when it promises ``SPLIT_MARGIN`` less expected time than one pass of the rest. Prices
 are medians of a few passes on a machine whose memory speed drifts by 20% a minute; where a few rows cost
 nearly what all of them do (a 0.8B int8 target: 4 rows ~0.9x of 8), splits won by noise, ran a second
@@ -53,6 +60,8 @@ REFRESH = 16  # rounds after which one pass, or the best split's first pass, is 
 TRUST = 3  # one pass is run until it has this many measurements: a cold first round alone does not price it
 SPLIT_MARGIN = 0.08  # a split must promise 8% less expected time than one pass (the module says why)
 PRIOR = 0.5  # pseudo-count of a kept and a missed draft: no history reads as "kept half the time"
+MINUTE_SHIFT = 0.15  # the memory this much faster than at the best split's last pass: price that split again now
+PROBE_SHARE = 0.01  # the memory is probed only while a probe costs under this share of one pass
 
 
 @dataclass
@@ -63,11 +72,16 @@ class StagePlanner:
     (its measurements carry over, so a warm-up run trains it)."""
 
     mode: "str | int" = "auto"
-    costs: dict[int, deque] = field(default_factory=dict)  # rows -> recent (round count, pass seconds)
+    costs: dict[int, deque] = field(default_factory=dict)  # rows -> recent (round count, pass seconds, probed rate)
     rounds: Counter = field(default_factory=Counter)  # (drafts proposed, drafts kept) -> past rounds
     seen: dict[int, int] = field(default_factory=dict)  # rows -> the round count when a pass of them last ran
     _price: dict = field(default_factory=dict, repr=False)  # rows -> ms, and (done, s) -> P: cleared on news
     _count: int = field(default=0, repr=False)  # rounds observed
+    # () -> (the memory's read rate now in GB/s, the seconds the read took), or None: no probing (see the module)
+    probe: "Callable[[], tuple[float, float]] | None" = field(default=None, repr=False, compare=False)
+    rates: dict[int, float] = field(default_factory=dict)  # rows -> the probed rate of the round its last pass ran in
+    _rate: "float | None" = field(default=None, repr=False)  # this round's probed rate
+    _probe_s: float = field(default=0.0, repr=False)  # the last probe's own time
 
     def __post_init__(self):
         m = self.mode
@@ -84,16 +98,36 @@ class StagePlanner:
             return full
         if isinstance(self.mode, int):
             return full if done else min(self.mode, full)
-        if done == 0 and (len(self.costs.get(full, ())) < TRUST or self._count - self.seen[full] >= REFRESH):
-            return full  # one pass first, and again every REFRESH rounds: its time is the baseline of every choice
+        if done == 0:
+            if self._rate is not None:
+                self._rate = None
+                self._price.clear()
+            if len(self.costs.get(full, ())) < TRUST or self._count - self.seen[full] >= REFRESH:
+                return full  # one pass first, and again every REFRESH rounds: its time is the baseline of every choice
+            self._probe_now(left, full)
         expect, s = best_passes(self.cost_ms, self.kept_all, done, left)
         if s < full and expect < (1.0 - SPLIT_MARGIN) * self.cost_ms(full):
             return s
-        if done == 0 and left > 0:  # one pass: re-price the best split's first pass every REFRESH rounds
+        if done == 0 and left > 0:  # one pass: re-price the best split's first pass every REFRESH rounds, or now
             s = self.best_split(done, left)
-            if s in self.seen and self._count - self.seen[s] >= REFRESH and self.may_pay(done, left, s):
+            if s in self.seen and (self._count - self.seen[s] >= REFRESH or self._faster_since(s)) and self.may_pay(done, left, s):
                 return s
         return full
+
+    def _probe_now(self, left: int, full: int) -> None:
+        """This round's memory rate, read before its first pass while probing is cheap next to one pass and some
+        split could pay; the prices are then those of passes run at a like rate (``_measured_ms``)."""
+        if self.probe is None or left < 1 or self._probe_s * 1e3 > PROBE_SHARE * self.cost_ms(full):
+            return
+        if not self.may_pay(0, left, self.best_split(0, left)):
+            return
+        self._rate, self._probe_s = self.probe()
+        self._price.clear()
+
+    def _faster_since(self, rows: int) -> bool:
+        """Whether the memory reads MINUTE_SHIFT faster now than in the round of the last pass of ``rows``."""
+        then = self.rates.get(rows)
+        return self._rate is not None and then is not None and self._rate >= (1.0 + MINUTE_SHIFT) * then
 
     def may_pay(self, done: int, left: int, s: int) -> bool:
         """Whether a first pass of s rows could beat one pass at all: priced as if every row cost its share of
@@ -148,14 +182,19 @@ class StagePlanner:
         return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
 
     def _measured_ms(self, rows: int) -> float:
-        """The median of the passes of ``rows`` run in the last FRESH rounds, else the newest one's time."""
+        """With this round's memory rate probed: the median of the passes of ``rows`` run at a rate within
+        MINUTE_SHIFT of it, if any. Else the median of those run in the last FRESH rounds, else the newest."""
         runs = self.costs[rows]
-        fresh = [sec for at, sec in runs if self._count - at < FRESH] or [runs[-1][1]]
+        now = self._rate
+        like = [sec for at, sec, r in runs if now is not None and r is not None and abs(r - now) < MINUTE_SHIFT * now]
+        fresh = like or [sec for at, sec, r in runs if self._count - at < FRESH] or [runs[-1][1]]
         return 1e3 * float(np.median(fresh))
 
     def observe_pass(self, rows: int, seconds: float) -> None:
-        self.costs.setdefault(rows, deque(maxlen=RECENT)).append((self._count, seconds))
+        self.costs.setdefault(rows, deque(maxlen=RECENT)).append((self._count, seconds, self._rate))
         self.seen[rows] = self._count
+        if self._rate is not None:
+            self.rates[rows] = self._rate
         self._price.clear()
 
     def observe_round(self, proposed: int, accepted: int) -> None:

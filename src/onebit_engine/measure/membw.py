@@ -54,6 +54,23 @@ class ReadStream:
             self._pool.shutdown()
 
 
+PROBE_BYTES = 64 * 2**20  # twice the 32 MiB last-level cache of these CPUs: the read comes from memory
+
+
+def rate_probe(stream: ReadStream, reads: int = 2):
+    """A ``StagePlanner`` probe: () -> (the memory's read rate now in GB/s, the seconds the probe took), the
+    fastest of ``reads`` timed reads of ``stream`` (one read of a shared VM's memory scatters by ~20%)."""
+    if reads < 1:
+        raise ValueError(f"reads = {reads}: a probe needs at least one read")
+
+    def probe() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        best = min(stream.seconds() for _ in range(reads))
+        return stream.nbytes / best / 1e9, time.perf_counter() - t0
+
+    return probe
+
+
 def copy_seconds(src: np.ndarray, dst: np.ndarray) -> float:
     """Time of one ``np.copyto(dst, src)``; its bandwidth is ``2 * src.nbytes / seconds``."""
     t = time.perf_counter()

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .membw import ReadStream
+from .membw import PROBE_BYTES, ReadStream, rate_probe
 from .procfs import huge_page_bytes
 from .oracle import OracleDraft, Profile
 from .paired_bound import paired_share, paired_steps
@@ -87,6 +87,10 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
     buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
     lib = getattr(target.backend, "_native", None)  # the host-int library: its own read loop, on its own pool
     streams = {t: ReadStream(threads=t, buf=buf, native=lib) for t in threads}
+    # the planners' probe of the memory's minute (loop/stages.py): a short read of the same buffer
+    probes = {t: ReadStream(threads=t, buf=buf[:min(PROBE_BYTES, stream_bytes)], native=lib) for t in threads}
+    for t in threads:
+        plans[t].probe = rate_probe(probes[t])
     macs = MacRate(target.backend, k + 1, seed=seed)
     variants = [(kind, t) for t in threads for kind in ("plain", "loop", "loop_one", "stream", "compute")]
     variants.append(("paired", max(threads)))  # plain steps, each after a stream read: the bound of the same moment
@@ -122,7 +126,7 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
                     mismatches.append({"variant": f"{kind}, {t} threads", "repeat": rep, "first_difference": first})
             if progress:
                 progress(1)
-    for s in streams.values():
+    for s in list(streams.values()) + list(probes.values()):
         s.close()
     extra = verify_extra_bytes(target, prompt, truth[: k + 1])  # a sparse verify's experts, from real rows' routing
     out = _summarize(target, prof, k, threads, rates, rounds, mismatches, truth, draft, extra)
