@@ -5,7 +5,7 @@
 
 The folder is one `onebit synth` wrote (its target/). For --seconds: a read of the stream `onebit bench
 --shape` pairs its plain steps with (`measure.membw.ReadStream` on the host-int library's pool, 512 MiB, the
-faster of two reads: `paired_bound.stream_gb_s`), then, in shuffled order, a plain step and a verify + commit of each row
+faster of `paired_bound.READS` reads: `membw.stream_gb_s`), then, in shuffled order, a plain step and a verify + commit of each row
 count, each from a copy of one prefilled state. Medians by the read's speed: the prices the loop's pass planner
 (`loop/stages.py`) would see in a slow and in a fast minute (docs/loop.md, "What a Zen 4 with AVX-512 VNNI
 gives"). Needs the target's memory (~14 GB for 27B int4) and a quiet machine.
@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from onebit_engine.gemm import get_backend  # noqa: E402
 from onebit_engine.hybrid import load_target  # noqa: E402
 from onebit_engine.measure.membw import ReadStream  # noqa: E402
-from onebit_engine.measure.paired_bound import stream_gb_s  # noqa: E402
+from onebit_engine.measure.membw import stream_gb_s  # noqa: E402
+from onebit_engine.measure.paired_bound import READS  # noqa: E402
 
 BINS = ((0.0, 40.0), (40.0, 50.0), (50.0, float("inf")))  # GB/s: this VM's slow and fast minutes (docs/host-int.md)
 
@@ -71,7 +72,7 @@ def main() -> int:
         price(k)
     sets, end = [], time.time() + args.seconds
     while time.time() < end:
-        gbs = stream_gb_s(stream)
+        gbs = stream_gb_s(stream, READS)
         random.shuffle(kinds)
         sets.append((gbs, {k: price(k) for k in kinds}))
     print(f"{args.folder.name}, {args.threads} threads, {len(sets)} sets; medians, ms (x plain step)")

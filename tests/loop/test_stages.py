@@ -283,10 +283,9 @@ def _split_priced_at(rate: float, prices: dict, kept: float = 0.8) -> "tuple[Sta
     assert p.rows(0, 7) == 8 and probe.calls == 1  # one pass, but a split may pay: the memory was probed
     p.observe_pass(8, prices[8] / 1e3)
     p.observe_round(7, 3)
-    p._rate = rate
-    p.observe_pass(s, prices[s] / 1e3)  # the split's pass ran at that rate
+    p.observe_pass(s, prices[s] / 1e3)  # the split's pass, in the same round's minute (no new probe since)
     p.observe_round(7, 3)
-    assert p.rates[s] == rate
+    assert p.rate_of(s) == rate and p.rate_of(1) is None
     return p, s, probe
 
 
@@ -308,7 +307,7 @@ def test_a_faster_memory_prices_the_best_split_again_at_once():
     assert p.rows(0, 7) == s
     p.observe_pass(s, 0.300)  # a fast minute's price: the split now pays and is chosen
     p.observe_round(7, 3)
-    assert p.rates[s] == probe.rate and p.rows(0, 7) < 8
+    assert p.rate_of(s) == probe.rate and p.rows(0, 7) < 8
     q, s, probe = _split_priced_at(36.0, SLOW_MINUTE)
     q.probe = None  # no probe: the same rounds keep one pass until REFRESH
     assert q.rows(0, 7) == 8

@@ -10,7 +10,8 @@ import pytest
 from onebit_engine.hybrid.synthetic import random_target, tiny_config
 from onebit_engine.loop.generate import generate
 from onebit_engine.measure.oracle import profile
-from onebit_engine.measure.paired_bound import paired_share, paired_steps, stream_gb_s
+from onebit_engine.measure.membw import stream_gb_s
+from onebit_engine.measure.paired_bound import READS, paired_share, paired_steps
 from onebit_engine.measure.scale_bench import _summarize, step_bytes
 
 
@@ -94,7 +95,7 @@ def test_paired_steps_run_plain_decodings_steps_each_after_its_reads():
     with pytest.raises(ValueError, match="reads=0"):
         paired_steps(target, prompt, truth[:1], stream, reads=0)
     assert np.isfinite([s for _, s in pairs]).all()
-    assert stream_gb_s(_Stream()) == pytest.approx(50.0) and stream_gb_s(_Stream(), reads=1) == pytest.approx(40.0)
+    assert stream_gb_s(_Stream(), READS) == pytest.approx(50.0) and stream_gb_s(_Stream(), reads=1) == pytest.approx(40.0)
     with pytest.raises(ValueError, match="reads=0"):
         stream_gb_s(stream, reads=0)
 

@@ -79,7 +79,6 @@ class StagePlanner:
     _count: int = field(default=0, repr=False)  # rounds observed
     # () -> (the memory's read rate now in GB/s, the seconds the read took), or None: no probing (see the module)
     probe: "Callable[[], tuple[float, float]] | None" = field(default=None, repr=False, compare=False)
-    rates: dict[int, float] = field(default_factory=dict)  # rows -> the probed rate of the round its last pass ran in
     _rate: "float | None" = field(default=None, repr=False)  # this round's probed rate
     _probe_s: float = field(default=0.0, repr=False)  # the last probe's own time
 
@@ -124,9 +123,13 @@ class StagePlanner:
         self._rate, self._probe_s = self.probe()
         self._price.clear()
 
+    def rate_of(self, rows: int) -> "float | None":
+        """The probed memory rate of the round the newest probed pass of ``rows`` ran in (None: none was)."""
+        return next((r for _, _, r in reversed(self.costs.get(rows, ())) if r is not None), None)
+
     def _faster_since(self, rows: int) -> bool:
-        """Whether the memory reads MINUTE_SHIFT faster now than in the round of the last pass of ``rows``."""
-        then = self.rates.get(rows)
+        """Whether the memory reads MINUTE_SHIFT faster now than in the round of the last probed pass of ``rows``."""
+        then = self.rate_of(rows)
         return self._rate is not None and then is not None and self._rate >= (1.0 + MINUTE_SHIFT) * then
 
     def may_pay(self, done: int, left: int, s: int) -> bool:
@@ -193,8 +196,6 @@ class StagePlanner:
     def observe_pass(self, rows: int, seconds: float) -> None:
         self.costs.setdefault(rows, deque(maxlen=RECENT)).append((self._count, seconds, self._rate))
         self.seen[rows] = self._count
-        if self._rate is not None:
-            self.rates[rows] = self._rate
         self._price.clear()
 
     def observe_round(self, proposed: int, accepted: int) -> None:

@@ -57,16 +57,22 @@ class ReadStream:
 PROBE_BYTES = 64 * 2**20  # twice the 32 MiB last-level cache of these CPUs: the read comes from memory
 
 
-def rate_probe(stream: ReadStream, reads: int = 2):
-    """A ``StagePlanner`` probe: () -> (the memory's read rate now in GB/s, the seconds the probe took), the
-    fastest of ``reads`` timed reads of ``stream`` (one read of a shared VM's memory scatters by ~20%)."""
+def stream_gb_s(stream, reads: int) -> float:
+    """The memory's rate this moment: ``stream``'s (a ``ReadStream``) bytes over the fastest of ``reads`` reads, GB/s
+    (a shared VM's single reads scatter by ~20%; a bound is the best the memory does)."""
     if reads < 1:
-        raise ValueError(f"reads = {reads}: a probe needs at least one read")
+        raise ValueError(f"reads={reads}: a rate needs at least one read")
+    return stream.nbytes / min(stream.seconds() for _ in range(reads)) / 1e9
+
+
+def rate_probe(stream: ReadStream, reads: int = 2):
+    """A ``StagePlanner`` probe: () -> (``stream_gb_s`` of ``stream`` now, the seconds the probe took)."""
+    if reads < 1:
+        raise ValueError(f"reads={reads}: a rate needs at least one read")
 
     def probe() -> tuple[float, float]:
         t0 = time.perf_counter()
-        best = min(stream.seconds() for _ in range(reads))
-        return stream.nbytes / best / 1e9, time.perf_counter() - t0
+        return stream_gb_s(stream, reads), time.perf_counter() - t0
 
     return probe
 

@@ -18,14 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
+from .membw import stream_gb_s
+
 READS = 2  # timed reads of the stream before each step; the faster counts (a bound is the best the memory does)
-
-
-def stream_gb_s(stream, reads: int = READS) -> float:
-    """The memory's rate this moment: ``stream``'s (``membw.ReadStream``) bytes over the fastest of ``reads`` reads, GB/s."""
-    if reads < 1:
-        raise ValueError(f"reads={reads}: at least one stream read goes before each step")
-    return stream.nbytes / min(stream.seconds() for _ in range(reads)) / 1e9
 
 
 def paired_steps(target, prompt: Sequence[int], tokens: Sequence[int], stream, reads: int = READS) -> list[tuple[float, float]]:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .membw import PROBE_BYTES, ReadStream, rate_probe
+from .membw import PROBE_BYTES, ReadStream, rate_probe, stream_gb_s
 from .procfs import huge_page_bytes
 from .oracle import OracleDraft, Profile
 from .paired_bound import paired_share, paired_steps
@@ -111,7 +111,7 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
                 s.seconds()  # one untimed pass: the pool's threads awake, the buffer's pages hot in the TLB
                 # a bound is the best the machine does: the fastest of a few reads (one 1 GiB read takes ~25 ms
                 # and a shared VM's single reads scatter by 20%)
-                rates[(kind, t)].append(s.nbytes / min(s.seconds() for _ in range(STREAM_READS)) / 1e9)
+                rates[(kind, t)].append(stream_gb_s(s, STREAM_READS))
             elif kind == "plain":
                 res = generate(target, prompt, max_new_tokens=max_new_tokens, stop_tokens=())
                 rates[(kind, t)].append(res.tokens_per_s)

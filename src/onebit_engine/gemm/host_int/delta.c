@@ -40,9 +40,7 @@ typedef struct {
 #endif
 #define VEC __m512
 #define W 16
-#ifndef NB16
 #define NB16 4 /* blocks at once: 12 sums in 32 vector registers */
-#endif
 #define NB_MAX NB16
 #define LD _mm512_loadu_ps
 #define ST _mm512_storeu_ps
@@ -72,9 +70,7 @@ typedef struct {
 #define TARGET
 #define VEC __m256
 #define W 8
-#ifndef NB8
 #define NB8 2 /* 6 sums in 16 vector registers: 4 blocks spilled */
-#endif
 #define NB_MAX NB8
 #define LD _mm256_loadu_ps
 #define ST _mm256_storeu_ps
