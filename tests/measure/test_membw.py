@@ -57,3 +57,31 @@ def test_rate_probe_is_the_fastest_of_its_reads():
     assert rate == pytest.approx(64 * 2**20 / 0.002 / 1e9) and spent >= 0.0
     with pytest.raises(ValueError, match="reads=0"):
         rate_probe(Stream(), reads=0)
+
+
+def test_memory_probe_makes_its_buffer_on_first_use_and_times_only_reads(monkeypatch):
+    """The CLI's probe: no buffer until the planner first probes, then the same stream every call; the time it
+    reports is that of its reads, not of making and touching the buffer (else the planner would stop probing
+    after one call)."""
+    import time
+
+    from onebit_engine.measure import membw
+
+    made = []
+
+    class Stream:
+        def __init__(self, nbytes, threads, native):
+            made.append((nbytes, threads, native))
+            time.sleep(0.05)  # making a buffer is slow; the probe must not count it
+            self.nbytes = nbytes
+
+        def seconds(self):
+            return 0.001
+
+    monkeypatch.setattr(membw, "ReadStream", Stream)
+    probe = membw.memory_probe(2, native="lib", nbytes=1000, reads=1)
+    assert made == []
+    rate, spent = probe()
+    assert made == [(1000, 2, "lib")] and rate == 1000 / 0.001 / 1e9 and spent < 0.04
+    probe()
+    assert len(made) == 1

@@ -93,3 +93,23 @@ def test_verdict_and_sentences():
     assert "do not fit" in big.why() and "ride along" in big.why()
     assert small.describe() == {"weight_bytes": 3 << 20, "cache_bytes": 32 << 20, "cache_level": 3,
                                 "cache_source": "sysfs test", "in_cache": True}
+
+
+def test_planner_for_probes_only_an_auto_planner_whose_weights_stream(tmp_path):
+    """The loop's planner gets a probe of the memory's minute where the weights stream (a 4 KiB "cache" here),
+    not where they fit in the cache (32 MiB), nor for a fixed schedule; a planner object passes through as given."""
+    from onebit_engine.loop.stages import StagePlanner
+
+    target = random_target(tiny_config(), 1, backend="reference", row_set=8)
+    small, big = tmp_path / "small", tmp_path / "big"
+    _index(small, 0, 3, "Unified", "4K")
+    _index(big, 0, 3, "Unified", "32768K")
+    streams = regime.planner_for("auto", target, None, threads=1, root=small)
+    assert streams.mode == "auto" and streams.probe is not None
+    rate, spent = streams.probe()  # a real read of the probe's buffer (the reference backend: numpy's loop)
+    assert rate > 0 and spent > 0
+    assert regime.planner_for("auto", target, None, threads=1, root=big).probe is None
+    assert regime.planner_for("one", target, None, threads=1, root=small).probe is None
+    assert regime.planner_for(3, target, None, threads=1, root=small).probe is None
+    given = StagePlanner("auto")
+    assert regime.planner_for(given, target, None, threads=1, root=small) is given and given.probe is None

@@ -23,7 +23,6 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 def cmd_loop(args) -> int:
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
-    from ..loop.stages import planner
     from ..measure.provenance import loop_provenance
 
     if args.check is None:  # default: check (and show the speedup) whenever identity is the claim
@@ -42,7 +41,9 @@ def cmd_loop(args) -> int:
                        retune=args.retune, status=status)
     threads.set(plan.spec_threads)
     fallback = None if args.fallback == "none" else args.fallback
-    stages = planner(args.verify_stages)  # one for the run and the check's timed runs: its measurements carry over
+    # one planner for the run and the check's timed runs (its measurements carry over); it probes the memory's
+    # minute where the weights stream
+    stages = regime_mod.planner_for(args.verify_stages, loaded.target, loaded.draft, plan.spec_threads)
     status.say(f"decoding {args.max_new_tokens} tokens with the loop (k={plan.k}, {plan.spec_threads} "
                f"thread{'s' * (plan.spec_threads > 1)})")
     with ui.Bar(args.max_new_tokens, "loop", ui.progress_enabled(args)) as bar:

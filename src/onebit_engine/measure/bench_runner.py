@@ -51,15 +51,14 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
     verify passes (``loop/stages.py``), one planner over every speculative run."""
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
-    from ..loop.stages import planner
 
     check_room(max_new_tokens, k)
     if repeats < 1:
         raise ConfigError(f"--repeats {repeats} must be >= 1; give --repeats 1 or more")
-    from .regime import lazy_logits
+    from .regime import lazy_logits, planner_for
 
     lazy = lazy_logits(target)
-    plan = planner(stages)
+    plan = planner_for(stages, target, draft, threads=getattr(target.backend, "threads", 1))
     modes: dict[str, Callable[[Sequence[int]], Any]] = {
         "plain": lambda p: generate(target, p, max_new_tokens=max_new_tokens, stop_tokens=()),
         "plain_1row": lambda p: generate(target_one_row, p, max_new_tokens=max_new_tokens, stop_tokens=()),

@@ -77,6 +77,26 @@ def rate_probe(stream: ReadStream, reads: int = 2):
     return probe
 
 
+def memory_probe(threads: int, native=None, nbytes: int = PROBE_BYTES, reads: int = 2):
+    """A ``StagePlanner`` probe like ``rate_probe`` whose ``ReadStream`` (``nbytes``, ``threads``, ``native``) is made
+    on its first call and kept: a run whose planner never probes holds no buffer. The first call's time is that of
+    its reads only (the planner stops probing once a probe costs over ``PROBE_SHARE`` of a pass; making and
+    touching the buffer once is not the probe's cost)."""
+    made: list = []
+
+    def probe() -> tuple[float, float]:
+        if not made:
+            made.append(rate_probe(ReadStream(nbytes, threads=threads, native=native), reads))
+        return made[0]()
+
+    return probe
+
+
+def host_library(backend):
+    """The host-int library behind ``backend`` (its read loop is the bound its kernels can reach), else None."""
+    return getattr(backend, "_native", None)
+
+
 def copy_seconds(src: np.ndarray, dst: np.ndarray) -> float:
     """Time of one ``np.copyto(dst, src)``; its bandwidth is ``2 * src.nbytes / seconds``."""
     t = time.perf_counter()

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .membw import PROBE_BYTES, ReadStream, rate_probe, stream_gb_s
+from .membw import PROBE_BYTES, ReadStream, host_library, rate_probe, stream_gb_s
 from .procfs import huge_page_bytes
 from .oracle import OracleDraft, Profile
 from .paired_bound import paired_share, paired_steps
@@ -85,7 +85,7 @@ def run_scale_bench(target, draft, prompt: Sequence[int], prof: Profile, *, k: i
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # load + decode, before the stream's buffer
     huge = huge_page_bytes()  # the weights' share of huge pages (resources.huge_page_bytes says why it matters)
     buf = np.ones(stream_bytes, np.uint8)  # written once, so every page is backed
-    lib = getattr(target.backend, "_native", None)  # the host-int library: its own read loop, on its own pool
+    lib = host_library(target.backend)  # the host-int library: its own read loop, on its own pool
     streams = {t: ReadStream(threads=t, buf=buf, native=lib) for t in threads}
     # the planners' probe of the memory's minute (loop/stages.py): a short read of the same buffer
     probes = {t: ReadStream(threads=t, buf=buf[:min(PROBE_BYTES, stream_bytes)], native=lib) for t in threads}
