@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from onebit_engine.gemm import get_backend  # noqa: E402
 from onebit_engine.hybrid import load_target  # noqa: E402
-from onebit_engine.measure.membw import ReadStream  # noqa: E402
-from onebit_engine.measure.membw import stream_gb_s  # noqa: E402
+from onebit_engine.measure.membw import ReadStream, host_library, stream_gb_s  # noqa: E402
 from onebit_engine.measure.paired_bound import READS  # noqa: E402
 
 BINS = ((0.0, 40.0), (40.0, 50.0), (50.0, float("inf")))  # GB/s: this VM's slow and fast minutes (docs/host-int.md)
@@ -46,7 +45,7 @@ def main() -> int:
         print(f"pass_prices: error: --rows {args.rows} and --threads {args.threads}: both must be >= 1", file=sys.stderr)
         return 2
     backend = get_backend("host-int", threads=args.threads)
-    if getattr(backend, "_native", None) is None:
+    if host_library(backend) is None:
         print(f"pass_prices: error: the host-int native library is not available here ({backend.describe()['unavailable']}); "
               "it times the kernel the loop runs: install the fast extra (pip install -e '.[fast]')", file=sys.stderr)
         return 2
@@ -55,7 +54,7 @@ def main() -> int:
     start = target.new_state()
     target.forward([int(t) for t in rng.integers(0, target.config.vocab_size, 16)], start)
     toks = [int(t) for t in rng.integers(0, target.config.vocab_size, args.rows)]
-    stream = ReadStream(512 << 20, threads=args.threads, native=backend._native)
+    stream = ReadStream(512 << 20, threads=args.threads, native=host_library(backend))
 
     def price(rows: int) -> float:  # rows 0: a plain step
         st = start.copy()
