@@ -129,7 +129,13 @@ def run_packed(linears: "list[Linear]", x: np.ndarray, offs: "list[int]", counts
                     break
             else:
                 return packed(x, offs, counts, [lin.packed for lin in linears])
-    ys = [lin(flat_rows(x, o, c, lin.in_features)).ravel() for lin, o, c in zip(linears, offs, counts)]
+    return each_product(linears, x, offs, counts, [lin.in_features for lin in linears])
+
+
+def each_product(products: list, x: np.ndarray, offs: "list[int]", counts: "list[int]", ks: "list[int]") -> np.ndarray:
+    """The slow twin of a packed call: ``products[s]`` (rows -> [rows, out]) on the ``counts[s]`` rows of
+    ``ks[s]`` elements at element ``offs[s]`` of the flat ``x``, one call each, raveled back to back."""
+    ys = [f(flat_rows(x, o, c, k)).ravel() for f, o, c, k in zip(products, offs, counts, ks)]
     return np.concatenate(ys) if ys else np.zeros(0, np.float32)
 
 

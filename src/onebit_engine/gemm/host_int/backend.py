@@ -29,7 +29,7 @@ from . import int_kernels, native
 from .arena import TileArena, settle
 from .layout import TiledWeight
 from ..base import F32_DTYPE as _F32
-from ..base import flat_rows
+from ..base import each_product, flat_rows
 from ..registry import register
 
 WEIGHT_CODES = {"int8": "int8 [-127,127] max/127", "int4": "int4 [-7,7] max/7", "ternary": "ternary {-1,0,1} absmean"}
@@ -153,8 +153,8 @@ class HostIntBackend:
             raise ValueError(f"matmul_packed: {len(offs)} offsets and {len(counts)} counts for {len(packed)} weights")
         yo = self._packed_plan(x, offs, counts, packed) if self._native is not None else None
         if yo is None:
-            ys = [self.matmul(flat_rows(x, o, c, p.shape[1]), p).ravel() for o, c, p in zip(offs, counts, packed)]
-            return np.concatenate(ys) if ys else np.zeros(0, _F32)
+            return each_product([lambda r, p=p: self.matmul(r, p) for p in packed], x, offs, counts,
+                                [p.shape[1] for p in packed])
         y = np.empty(yo.pop(), _F32)
         for lo in range(0, len(packed), native.MAX_MANY):
             hi = lo + native.MAX_MANY
