@@ -85,3 +85,16 @@ def test_memory_probe_makes_its_buffer_on_first_use_and_times_only_reads(monkeyp
     assert made == [(1000, 2, "lib")] and rate == 1000 / 0.001 / 1e9 and spent < 0.04
     probe()
     assert len(made) == 1
+
+
+def test_host_library_is_the_backends_own_read_loop_or_none():
+    """The probe reads with the host-int library the kernels run in (where the backend has one), else numpy."""
+    from onebit_engine.gemm import get_backend
+    from onebit_engine.gemm.host_int.backend import HostIntBackend
+    from onebit_engine.measure.membw import host_library
+
+    assert host_library(get_backend("reference")) is None
+    b = HostIntBackend(kernel="numpy")  # no native library on this kernel
+    assert host_library(b) is None and b.library is None
+    native = HostIntBackend()  # this CPU's fastest path: the native library where it builds
+    assert host_library(native) is native.library

@@ -104,12 +104,15 @@ def test_planner_for_probes_only_an_auto_planner_whose_weights_stream(tmp_path):
     small, big = tmp_path / "small", tmp_path / "big"
     _index(small, 0, 3, "Unified", "4K")
     _index(big, 0, 3, "Unified", "32768K")
-    streams = regime.planner_for("auto", target, None, threads=1, root=small)
+    small, big = regime.regime(target, None, small), regime.regime(target, None, big)
+    assert small.in_cache is False and big.in_cache is True
+    b = target.backend
+    streams = regime.planner_for("auto", small, b, threads=1)
     assert streams.mode == "auto" and streams.probe is not None
     rate, spent = streams.probe()  # a real read of the probe's buffer (the reference backend: numpy's loop)
     assert rate > 0 and spent > 0
-    assert regime.planner_for("auto", target, None, threads=1, root=big).probe is None
-    assert regime.planner_for("one", target, None, threads=1, root=small).probe is None
-    assert regime.planner_for(3, target, None, threads=1, root=small).probe is None
+    assert regime.planner_for("auto", big, b, threads=1).probe is None
+    assert regime.planner_for("one", small, b, threads=1).probe is None
+    assert regime.planner_for(3, small, b, threads=1).probe is None
     given = StagePlanner("auto")
-    assert regime.planner_for(given, target, None, threads=1, root=small) is given and given.probe is None
+    assert regime.planner_for(given, small, b, threads=1) is given and given.probe is None

@@ -43,7 +43,8 @@ def cmd_loop(args) -> int:
     fallback = None if args.fallback == "none" else args.fallback
     # one planner for the run and the check's timed runs (its measurements carry over); it probes the memory's
     # minute where the weights stream
-    stages = regime_mod.planner_for(args.verify_stages, loaded.target, loaded.draft, plan.spec_threads)
+    here = regime_mod.regime(loaded.target, loaded.draft)
+    stages = regime_mod.planner_for(args.verify_stages, here, loaded.target.backend, plan.spec_threads)
     status.say(f"decoding {args.max_new_tokens} tokens with the loop (k={plan.k}, {plan.spec_threads} "
                f"thread{'s' * (plan.spec_threads > 1)})")
     with ui.Bar(args.max_new_tokens, "loop", ui.progress_enabled(args)) as bar:
@@ -70,7 +71,6 @@ def cmd_loop(args) -> int:
                  "plain_token": plain_tokens[at] if at is not None and at < len(plain_tokens) else None, **speed}
     prov = loaded.provenance(**{k2: v for k2, v in run.items() if k2 not in ("backend", "kernel_set", "row_set")})
     prov["threads"] = plan.spec_threads
-    here = regime_mod.regime(loaded.target, loaded.draft)
     verdict = loop_report.verdict(check, plan, here, res.summary()["tokens_per_round"])
     if args.json:
         ui.print_json({"command": "loop", "prompt": prompt, "prompt_text": text(prompt, loaded), "tokens": res.tokens,

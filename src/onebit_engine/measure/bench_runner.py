@@ -55,10 +55,10 @@ def run_bench(target, target_one_row, draft, prompts: Sequence[Sequence[int]], *
     check_room(max_new_tokens, k)
     if repeats < 1:
         raise ConfigError(f"--repeats {repeats} must be >= 1; give --repeats 1 or more")
-    from .regime import lazy_logits, planner_for
+    from .regime import lazy_logits, planner_for, regime
 
     lazy = lazy_logits(target)
-    plan = planner_for(stages, target, draft, threads=getattr(target.backend, "threads", 1))
+    plan = planner_for(stages, regime(target, draft), target.backend, threads=getattr(target.backend, "threads", 1))
     modes: dict[str, Callable[[Sequence[int]], Any]] = {
         "plain": lambda p: generate(target, p, max_new_tokens=max_new_tokens, stop_tokens=()),
         "plain_1row": lambda p: generate(target_one_row, p, max_new_tokens=max_new_tokens, stop_tokens=()),

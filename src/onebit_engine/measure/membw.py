@@ -94,7 +94,7 @@ def memory_probe(threads: int, native=None, nbytes: int = PROBE_BYTES, reads: in
 
 def host_library(backend):
     """The host-int library behind ``backend`` (its read loop is the bound its kernels can reach), else None."""
-    return getattr(backend, "_native", None)
+    return getattr(backend, "library", None)
 
 
 def copy_seconds(src: np.ndarray, dst: np.ndarray) -> float:

@@ -126,10 +126,10 @@ def lazy_logits(target, root: Path = SYSFS_CACHE) -> bool:
     return size is None or head is None or packed_bytes(head) <= size
 
 
-def planner_for(stages, target, draft=None, threads: int = 1, root: Path = SYSFS_CACHE):
+def planner_for(stages, here: Regime, backend, threads: int = 1):
     """The loop's ``StagePlanner`` for ``stages`` (``loop.stages.planner``), given a probe of the memory's minute
-    (``membw.memory_probe`` on ``threads`` threads, the backend's own read loop where it has one) when the planner
-    chooses (``"auto"``) and the weights stream from memory: there a split pays in a fast minute and not in a slow
+    (``membw.memory_probe`` on ``threads`` threads, ``backend``'s own read loop where it has one) when the planner
+    chooses (``"auto"``) and the run's regime ``here`` says the weights stream from memory: there a split pays in a fast minute and not in a slow
     one (docs/loop.md, "The memory's minute, probed"). With the weights in the cache the minute does not move a
     pass's price, and a planner given as an object keeps the probe it has."""
     from ..loop.stages import StagePlanner, planner
@@ -137,8 +137,8 @@ def planner_for(stages, target, draft=None, threads: int = 1, root: Path = SYSFS
 
     given = isinstance(stages, StagePlanner)
     plan = planner(stages)
-    if not given and plan.mode == "auto" and regime(target, draft, root).in_cache is False:
-        plan.probe = memory_probe(threads, host_library(target.backend))
+    if not given and plan.mode == "auto" and here.in_cache is False:
+        plan.probe = memory_probe(threads, host_library(backend))
     return plan
 
 

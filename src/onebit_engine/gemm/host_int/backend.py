@@ -97,6 +97,11 @@ class HostIntBackend:
         self.threads = threads
         self.kernel = kernel
 
+    @property
+    def library(self) -> "native.NativeKernel | None":
+        """The native library this backend's kernel runs in (its thread pool, its read loop), else None."""
+        return self._native
+
     def pack(self, weight: Any, *, name: str = "") -> "QuantWeight | TiledWeight":
         """The resident form: a TiledWeight for a native path (it replaces the file format's codes),
         else the QuantWeight. ``weight``: a float array, a QuantWeight, a TiledWeight or a row source
