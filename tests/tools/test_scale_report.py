@@ -20,7 +20,10 @@ def test_the_table_shows_each_rows_ceiling_and_the_floors(tmp_path, capsys):
     roof = doc["results"]["roofline"]
     page = scale_report.render({"27b": doc, "08b": doc})
     assert page.count(f"this run's ceiling {roof['loop_ceiling_vs_plain']:.2f}") == 2
-    assert f"(floors in this run: {roof['verify_floor_over_plain_step']:.2f}; {roof['draft_floor_over_plain_step']:.2f})" in page
+    assert f"(floors in this run: {roof['verify_floor_over_plain_step']:.3f}; {roof['draft_floor_over_plain_step']:.3f})" in page
+    # a draft round of 0.154 steps must not read "0.15" beside its target "<= 0.15"
+    near = {**doc, "results": {**doc["results"], "draft_over_plain_step": 0.154, "verify_over_plain_step": 1.354}}
+    assert "**1.354; 0.154**" in scale_report.render({"27b": near})
     assert "A ceiling is the most the loop could give" in page
     assert "rates are medians" not in page  # documents without a repeat count: nothing claimed
     assert "rates are medians of each row's repeats (27b 3, 08b 9)" in scale_report.render(
