@@ -200,6 +200,22 @@ def test_index_with_a_tensor_in_the_wrong_shard_is_refused(tmp_path):
         load_target(folder)
 
 
+def test_a_tensor_in_two_shards_names_the_folder(tmp_path):
+    # a run reads two checkpoints (target and draft): the shard names alone do not say which
+    from safetensors.numpy import load_file, save_file
+
+    cfg = tiny_config()
+    folder = write_checkpoint(tmp_path / "s", cfg, random_weights(cfg, 0), shards=2)
+    (folder / "model.safetensors.index.json").unlink()
+    a, b = sorted(folder.glob("*.safetensors"))
+    wa, wb = load_file(str(a)), load_file(str(b))
+    name = next(iter(wa))
+    wb[name] = wa[name]
+    save_file(wb, str(b))
+    with pytest.raises(CheckpointError, match=f"'{name}' appears in more than one shard of {folder} "):
+        load_target(folder)
+
+
 # -- a servable quantized folder: scales and codes checked at load, whatever the backend ----------------
 @pytest.fixture(scope="module")
 def qfolder(tmp_path_factory):
@@ -333,3 +349,18 @@ def test_missing_tokenizers_package_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(MissingExtra, match=r"pip install 'onebit-specverify\[cli\]'") as e:
         load_tokenizer(tmp_path / "tokenizer.json")
     assert isinstance(e.value, ImportError) and isinstance(e.value, ConfigError)
+
+
+def test_a_tensor_stored_under_both_vl_names_is_refused(ckpt):
+    # model.X and model.language_model.X are one tensor: the loader kept the last and dropped the other unseen
+    folder, _ = ckpt
+
+    def alias(t):
+        x = t["model.norm.weight"].copy()
+        x[0] = np.nan
+        t["model.language_model.norm.weight"] = x
+
+    _rewrite(folder, alias)
+    with pytest.raises(WeightError, match="are both 'model.norm.weight'.*keep one") as e:
+        load_target(folder)
+    assert str(folder) in str(e.value) and "'model.language_model.norm.weight'" in str(e.value)

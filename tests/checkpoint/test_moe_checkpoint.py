@@ -32,6 +32,7 @@ def _raw(**moe):
     ({"mlp_only_layers": [0, 7]}, ["mlp_only_layers [7] are outside the 4 layers [0, 4)"]),
     ({"mlp_only_layers": "0"}, ["mlp_only_layers must be a list of layer indices, got '0'"]),
     ({"num_experts": 2.5}, ["num_experts must be an integer, got 2.5"]),
+    ({"num_experts": 10**8}, ["num_experts is 100000000, must be <= 16384"]),  # listing its experts ran out of memory
 ])
 def test_bad_moe_config_is_one_refusal_naming_every_problem(change, messages):
     with pytest.raises(ConfigError) as e:

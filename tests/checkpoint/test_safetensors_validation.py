@@ -140,6 +140,7 @@ A = "model.embed_tokens.weight"
     (lambda raw: [raw], "not a valid shard index ('weight_map' is [{"),
     (lambda raw: {"weight_map": []}, "not a valid shard index ('weight_map' is [])"),
     (lambda raw: {"metadata": {}}, "not a valid shard index ('weight_map' is null)"),
+    (lambda raw: {"weight_map": {}}, "its weight_map names no tensor"),  # was: every tensor "missing", config blamed
     (lambda raw: _set(raw, A, 3), f"weight_map values must be shard file names (strings): {A} -> 3"),
     (lambda raw: _set(raw, A, "/etc/passwd"), "shard name(s) '/etc/passwd' leave the checkpoint folder"),
     (lambda raw: _set(raw, A, "../outside.safetensors"), "'../outside.safetensors' leave the checkpoint folder"),

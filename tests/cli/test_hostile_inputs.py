@@ -51,7 +51,11 @@ def test_a_config_that_is_a_fifo_or_a_device_is_not_read(tmp_path, run, no_hang)
         (folder / "config.json").unlink()
         make(folder / "config.json")
         code, _, err = run("generate", "--model", folder, "--max-new-tokens", 2)
-        _refused(code, err, "has no config.json")
+        _refused(code, err, "config.json is not a regular file")
+    folder = _target(tmp_path / "dir")
+    (folder / "config.json").unlink()
+    (folder / "config.json").mkdir()
+    _refused(*run("generate", "--model", folder, "--max-new-tokens", 2)[::2], "config.json is not a regular file")
 
 
 def test_finite_weights_that_overflow_end_in_one_line(tmp_path, run):
@@ -194,3 +198,63 @@ def test_warnings_and_numpy_noise_are_one_line_each(tmp_path, cache_dir):
     bad = subprocess.run(cmd + [str(huge), "--backend", "reference"], capture_output=True, text=True, env=env, timeout=300)
     _refused(bad.returncode, bad.stderr, "logits hold")
     assert "RuntimeWarning" not in bad.stderr
+
+
+def test_a_tokenizer_past_the_models_vocabulary_is_named(run, pair, tmp_path):
+    # the ids come from the folder's own tokenizer: the message must blame the tokenizer, not the prompt
+    import json
+    import shutil
+
+    pytest.importorskip("tokenizers")
+    model = tmp_path / "model"
+    shutil.copytree(pair[0], model)
+    (model / "tokenizer.json").write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "hello": 500}, "unk_token": "[UNK]"}}))
+    code, _, err = run("generate", "--model", model, "--prompt", "hello", "--max-new-tokens", 2)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "token id 500" in err and "tokenizer.json is not this model's" in err and str(model) in err, err
+
+
+def test_quantize_takes_a_zero_width_shared_expert_the_loader_takes(run, tmp_path):
+    # transformers writes a shared expert of width 0 as (0, D) / (D, 0) tensors; the loader drops them, so must quantize
+    from safetensors.numpy import load_file, save_file
+
+    from onebit_engine.hybrid.moe_config import MoeConfig
+
+    cfg = tiny_config(moe=MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                    shared_expert_intermediate_size=0))
+    folder = write_checkpoint(tmp_path / "moe0", cfg, random_weights(cfg, 5))
+    w = load_file(str(folder / "model.safetensors"))
+    D = cfg.hidden_size
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}.mlp."
+        w[p + "shared_expert.gate_proj.weight"] = w[p + "shared_expert.up_proj.weight"] = np.zeros((0, D), np.float32)
+        w[p + "shared_expert.down_proj.weight"] = np.zeros((D, 0), np.float32)
+        w[p + "shared_expert_gate.weight"] = np.zeros((1, D), np.float32)
+    save_file(w, str(folder / "model.safetensors"))
+    ids = ("--prompt-ids", "1 2 3", "--max-new-tokens", 3, "--backend", "host-int")
+    code, want, err = run("generate", "--model", folder, *ids)
+    assert code == 0, err
+    for out in (tmp_path / "q", tmp_path / "q.safetensors"):
+        code, _, err = run("quantize", "--model", folder, "--out", out, "--format", "int8")
+        assert code == 0, err
+    code, got, err = run("generate", "--model", tmp_path / "q", *ids)
+    assert code == 0, err
+
+
+def test_quantize_names_the_folder_and_a_draft_given_for_a_servable_folder(run, pair, tmp_path):
+    import json
+    import shutil
+
+    code, _, err = run("quantize", "--model", pair[1], "--out", tmp_path / "dq")
+    _refused(code, err, "is a DFlash draft", "--out X.safetensors")
+    assert not (tmp_path / "dq").exists()
+    bad = tmp_path / "vocab0"
+    shutil.copytree(pair[0], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["vocab_size"] = 0
+    (bad / "config.json").write_text(json.dumps(cfg))
+    code, _, err = run("quantize", "--model", bad, "--out", tmp_path / "q0.safetensors")
+    _refused(code, err, str(bad / "config.json"), "vocab_size is 0")

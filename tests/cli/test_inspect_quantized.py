@@ -86,3 +86,41 @@ def test_quantize_refuses_non_finite_or_integer_weights(run, pair, tmp_path):
     _one_line(code, err)
     assert "model.layers.0.mlp.up_proj.weight (1 NaN, 0 inf)" in err and "model.layers.1.mlp.down_proj.weight (I16)" in err
     assert not (tmp_path / "q").exists()
+
+
+def test_a_fused_projection_of_mixed_formats_is_refused_by_inspect_and_load(run, run_json, pair, tmp_path):
+    # names and shapes were right, so inspect said "loads: yes" and every loading command then refused the folder
+    from onebit_engine import WeightError, load_target
+    from onebit_engine.quant import quantize_weight
+    from onebit_engine.quant.io import load_quantized, save_quantized
+
+    dest = tmp_path / "served"
+    run_json("quantize", "--model", pair[0], "--format", "int8", "--out", dest)
+    q = load_quantized(dest / "quantized.safetensors")
+    name = next(n for n in q if n.endswith("self_attn.k_proj.weight") or n.endswith("linear_attn.in_proj_z.weight"))
+    q[name] = quantize_weight(q[name].dequantize(), "int4")
+    save_quantized(dest / "quantized.safetensors", q)
+    code, _, err = run("inspect", dest)
+    _one_line(code, err)
+    assert "does not load" in err and "mix formats" in err and f"{name} (int4)" in err, err
+    with pytest.raises(WeightError, match="fused projection.s. mix formats"):
+        load_target(dest)
+
+
+def test_fused_groups_are_the_projections_the_target_fuses(monkeypatch):
+    # weights.fused_groups is what the load-time check reads; layers.py builds the fused projections: pin the two
+    from onebit_engine.gemm import Linear
+    from onebit_engine.hybrid.model import Target
+    from onebit_engine.hybrid.moe_config import MoeConfig
+    from onebit_engine.hybrid.synthetic import random_weights, tiny_config
+    from onebit_engine.hybrid.weights import fused_groups
+
+    built = []
+    real = Linear.fused.__func__
+    monkeypatch.setattr(Linear, "fused", classmethod(lambda cls, ws, *a, **k: built.append(k.get("name", a[2] if len(a) > 2 else ""))
+                                                     or real(cls, ws, *a, **k)))
+    for cfg in (tiny_config(), tiny_config(moe=MoeConfig(num_experts=3, num_experts_per_tok=2, moe_intermediate_size=8,
+                                                          shared_expert_intermediate_size=8))):
+        built.clear()
+        Target(cfg, random_weights(cfg, 0))
+        assert sorted(built) == sorted("+".join(g) for g in fused_groups(cfg))

@@ -80,6 +80,18 @@ def test_checkpoint_weights_are_not_overwritten(run, pair, tmp_path):
     assert weights.read_bytes() == before
 
 
+def test_new_safetensors_file_is_not_written_into_a_checkpoint_folder(run, pair, tmp_path):
+    # it would join the checkpoint: the folder's loader reads every *.safetensors beside config.json
+    model = tmp_path / "model"
+    shutil.copytree(pair[0], model)
+    before = sorted(p.name for p in model.iterdir())
+    _refused(*run("quantize", "--model", model, "--out", model / "int8.safetensors"), "inside the checkpoint folder")
+    _refused(*_capture(run, pair, model / "cap.safetensors"), "inside the checkpoint folder")
+    assert sorted(p.name for p in model.iterdir()) == before
+    code, _, err = run("generate", "--model", model, "--prompt-ids", "1 2", "--max-new-tokens", 2)
+    assert code == 0, err
+
+
 def test_loose_weights_file_is_not_overwritten(run, pair, tmp_path):
     loose = tmp_path / "weights.safetensors"
     shutil.copy(next(pair[0].glob("*.safetensors")), loose)

@@ -157,3 +157,29 @@ def test_missing_folder_is_a_clear_error(tmp_path):
 
     with pytest.raises(CheckpointError, match="config.json"):
         load_draft(tmp_path, SimpleNamespace(config=None))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the injected inf, softmaxed on the way
+def test_non_finite_draft_logits_stop_the_proposal(target, tmp_path, version, temperature, bad):
+    # the verify keeps the output right whatever the draft says: without this a broken draft runs on as noise
+    from onebit_engine.errors import NumericalError
+    from .draft_helpers import make_taps
+
+    d = load_draft(write_synthetic_draft(tmp_path, target.config, version=version), target)
+    st = d.new_state()
+    d.append_context(st, make_taps(np.random.default_rng(0), 5))
+    rng = np.random.default_rng(1)
+    d.propose(st, 3, 4, temperature=temperature, rng=rng)  # the draft as written proposes
+    real = d.compute_logits
+
+    def broken(hidden):
+        z = real(hidden)
+        z[1] = bad
+        return z
+
+    d.compute_logits = broken
+    with pytest.raises(NumericalError, match="logits of block row 2 hold .* check the draft's config"):
+        d.propose(st, 3, 4, temperature=temperature, rng=rng)

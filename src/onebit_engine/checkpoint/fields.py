@@ -69,8 +69,9 @@ def typed(p: Problems, label: str, v: Any, f: Field) -> Any:
     if f.kind == "int":
         ok, want = isinstance(v, int) and not isinstance(v, bool), "an integer"
     elif f.kind == "float":
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
-        want = "a finite number"
+        # finite as float32, not only as a JSON number: the engine computes in float32, where 1e39 is inf
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v) and abs(v) <= F32_MAX
+        want = "a finite float32 number (|x| <= 3.4e38: the engine computes in float32)"
     elif f.kind == "bool":
         ok, want = isinstance(v, bool), "a JSON boolean (true or false, unquoted)"
     else:
@@ -89,6 +90,9 @@ def typed(p: Problems, label: str, v: Any, f: Field) -> Any:
         p.add(f"{label} is {show(v)}, must be {' and '.join(r for r in rng if r)}")
         return None
     return float(v) if f.kind == "float" else v
+
+
+F32_MAX = 3.4028234663852886e38  # float32's largest finite value
 
 
 def _finite(v: int | float) -> bool:

@@ -220,6 +220,9 @@ def checkpoint_files(folder: Path) -> list[Path]:
     weight_map = _shard_index(folder)
     if weight_map is not None:
         names = sorted(set(weight_map.values()))
+        if not names:  # an empty map would load no tensor and blame the config for every missing one
+            raise CheckpointError(f"{folder / INDEX_FILE}: its weight_map names no tensor; copy the index that came with "
+                                  f"the shards (or remove it: without an index every *.safetensors file is read)")
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
             raise CheckpointError(f"{folder / INDEX_FILE} names shard file(s) {first_few(missing)} that are not in {folder}; copy the missing shards")
@@ -237,7 +240,7 @@ def load_folder_tensors(folder: Path) -> dict[str, np.ndarray]:
     where: dict[str, str] = {}
     for f in checkpoint_files(folder):
         for name, arr in iter_tensors(f):
-            _claim(name, f.name, where)
+            _claim(name, f, where)
             out[name] = arr
     _check_index(folder, where)
     return out
@@ -250,16 +253,17 @@ def folder_refs(folder: Path) -> dict[str, TensorRef]:
     where: dict[str, str] = {}
     for f in checkpoint_files(folder):
         for name, ref in file_refs(f).items():
-            _claim(name, f.name, where)
+            _claim(name, f, where)
             out[name] = ref
     _check_index(folder, where)
     return out
 
 
-def _claim(name: str, shard: str, where: dict[str, str]) -> None:
+def _claim(name: str, shard: Path, where: dict[str, str]) -> None:
     if name in where:
-        raise CheckpointError(f"tensor {name!r} appears in more than one shard ({where[name]} and {shard}); the checkpoint is inconsistent - keep one")
-    where[name] = shard
+        raise CheckpointError(f"tensor {name!r} appears in more than one shard of {shard.parent} ({where[name]} and "
+                              f"{shard.name}); the checkpoint is inconsistent - keep one")
+    where[name] = shard.name
 
 
 def _check_index(folder: Path, where: dict[str, str]) -> None:
@@ -279,6 +283,9 @@ def read_config(folder: Path) -> dict:
         raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist or is not a folder; give the folder that holds config.json and *.safetensors")
     cfg = folder / "config.json"
     if not cfg.is_file():
+        if cfg.is_symlink() or cfg.exists():  # there, but nothing to read as a file: say what it is
+            raise CheckpointError(f"{cfg} is not a regular file (a folder, a FIFO, a device or a link that leads nowhere); "
+                                  f"a checkpoint folder needs config.json as a JSON file")
         raise CheckpointError(f"{folder} has no config.json; a checkpoint folder needs config.json and *.safetensors")
     return top_object(read_json(cfg, "config.json"), str(cfg))
 

@@ -102,7 +102,7 @@ def copy_tensors(path: "str | Path", refs: dict, metadata: dict | None = None) -
     """Write checkpoint tensors (``lazy.TensorRef``) into a new file in their stored dtype, a block at a time."""
     with StreamWriter(path, [(n, r.dtype, r.shape) for n, r in refs.items()], metadata) as w:
         for n, r in refs.items():
-            if not r.shape:
+            if not r.shape or 0 in r.shape:  # a scalar, or an empty tensor (a zero-width shared expert): no blocks
                 w.write(n, r.load())
                 continue
             for lo, hi in r.blocks():

@@ -200,9 +200,13 @@ def _check_config(folder: Path, *, servable: bool) -> Any:
     from ..hybrid.config import TargetConfig
 
     raw = read_config(folder)
-    if servable or not isinstance(raw, dict) or "dflash_config" not in raw:
-        return TargetConfig.from_hf(raw)
-    return DraftConfig.from_hf(raw)
+    source = str(folder / "config.json")
+    draft = isinstance(raw, dict) and "dflash_config" in raw
+    if servable and draft:
+        raise ConfigError(f"{folder} is a DFlash draft (its config.json has dflash_config), and quantize --out DIR writes "
+                          f"a servable target folder; give --out X.safetensors to quantize the draft's projections into "
+                          f"one file, or serve the float draft (the host-int backend quantizes it as it loads)")
+    return DraftConfig.from_hf(raw, source) if draft else TargetConfig.from_hf(raw, source)
 
 
 def _check_structure(raw: dict, cfg, folder: Path) -> None:
@@ -247,7 +251,10 @@ def cmd_quantize(args) -> int:
     if servable:  # a folder that says "run it" must be one the loader takes: its names and shapes, before any work
         _check_structure(raw, cfg, folder)
     refs = split_fused_experts(raw)  # fused 3-D experts: one projection per expert
-    chosen = {n: a for n, a in sorted(refs.items()) if is_projection(n, a)}
+    # HF's zero-width shared expert (shared_expert_intermediate_size 0) has nothing to quantize; the loader drops it
+    no_shared = getattr(getattr(cfg, "moe", None), "shared_expert_intermediate_size", None) == 0
+    chosen = {n: a for n, a in sorted(refs.items())
+              if is_projection(n, a) and not (no_shared and ".mlp.shared_expert" in n and 0 in tuple(a.shape))}
     if not chosen:
         raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize; give a float checkpoint folder")
     empty = [f"{n} {tuple(a.shape)}" for n, a in chosen.items() if 0 in tuple(a.shape)]

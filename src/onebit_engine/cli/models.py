@@ -262,6 +262,12 @@ def _text(text: str, loaded: Loaded) -> list[int]:
     ids = encode(loaded.tokenizer, text)
     if not ids:
         raise ConfigError(f"--prompt {text!r} encodes to no tokens; give a longer prompt")
+    vocab = loaded.target.config.vocab_size
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:  # the ids are the tokenizer's own: the tokenizer and the model disagree, not the prompt
+        raise ConfigError(f"the tokenizer encodes {text[:40]!r} to token id {bad[0]}, outside the vocabulary 0..{vocab - 1} "
+                          f"of the model in {loaded.target_path} (its config.json vocab_size); the tokenizer.json is not "
+                          f"this model's - use the one that came with it, or give --prompt-ids")
     return ids
 
 

@@ -5,7 +5,8 @@ Rules (docs/cli.md, "Output files"):
 - the path is new or a regular file (a symlink, FIFO, device node or socket is refused; see atomic.py);
 - it is not one of the command's own inputs (same file, or inside an input folder for a folder output);
 - it is not a checkpoint's file: a file beside a ``config.json`` (weights, index, config, tokenizer), or a
-  ``.safetensors`` file that is neither a stage file nor a quantized-weights file of this engine;
+  ``.safetensors`` file that is neither a stage file nor a quantized-weights file of this engine; nor a new
+  ``.safetensors`` file beside a ``config.json`` (the checkpoint's loader would read it as weights);
 - a folder output (``quantize --out DIR``, ``synth --out DIR``) is new or an empty folder, never a file.
 """
 from __future__ import annotations
@@ -67,6 +68,10 @@ def check_output(args, *, builtin_inputs: "list[Path] | None" = None) -> None:
         why = _checkpoint_file(dest)
         if why:
             raise OutputError(f"--out {out} is {why}; refusing to overwrite it - give another --out path")
+    if dest.suffix == ".safetensors" and (dest.parent / "config.json").is_file():
+        # a new file there joins the checkpoint: its loader reads every *.safetensors beside config.json
+        raise OutputError(f"--out {out} is inside the checkpoint folder {str(dest.parent)!r}, where every .safetensors "
+                          f"file is read as the model's weights; give a path outside it")
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -154,7 +154,7 @@ class DraftConfig:
         prf = read_field(p, Field("partial_rotary_factor", "float", 1.0), rope + top)
         if prf is not None and prf != 1.0:
             p.add("partial_rotary_factor != 1 is not supported (Qwen3 drafts rotate all of head_dim)")
-        v["rope_theta"] = read_field(p, Field("rope_theta", "float", 10000.0, above=0), rope + top)
+        v["rope_theta"] = read_field(p, Field("rope_theta", "float", 10000.0, min=1), rope + top)
         v["layer_types"] = _layer_types(p, raw, v["num_hidden_layers"], use_sw and window is not None)
         v["target_layer_ids"] = _target_layer_ids(p, dflash, v["num_target_layers"], v["num_hidden_layers"])
         label, cap, _ = lookup("final_logit_softcapping", dflash)

@@ -45,15 +45,21 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
     folder = Path(path)
     config = DraftConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
     check_fits_target(config, target.config)
-    tensors = canonical_names(folder_weights(folder))
-    check_tensors(tensors, expected_shapes(config, target.config.vocab_size))
+    try:  # the draft's weight problems name its folder (a run reads two checkpoints)
+        tensors = canonical_names(folder_weights(folder))
+        check_tensors(tensors, expected_shapes(config, target.config.vocab_size))
+    except WeightError as e:
+        raise WeightError(f"{folder}: {e}") from None
     be = get_backend(backend)
 
     def lin(name: str) -> Linear:
         return Linear.from_weight(tensors[name], be, row_set, name)
 
     def fused(prefix: str, names: list[str]) -> Linear:
-        return Linear.fused([tensors[prefix + n + ".weight"] for n in names], be, row_set, prefix + "+".join(names))
+        try:
+            return Linear.fused([tensors[prefix + n + ".weight"] for n in names], be, row_set, prefix + "+".join(names))
+        except WeightError as e:
+            raise WeightError(f"{folder} (the draft): {e}") from None
 
     def vec(name: str) -> np.ndarray:
         t = tensors[name]
@@ -191,6 +197,9 @@ def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, .
         lines.append(first_few([f"unknown tensor {n} (shape {tuple(tensors[n].shape)})" for n in unknown]))
     if wrong:
         lines.append(first_few(wrong))
+    mixed = _mixed_formats(tensors)
+    if mixed:
+        lines.append(f"{len(mixed)} fused projection(s) mix formats (quantize a layer's projections alike): " + first_few(mixed))
     if values:
         lines += value_problems({n: tensors[n] for n in shaped if getattr(tensors[n], "fmt", None) is None})
     if lines:
@@ -200,6 +209,19 @@ def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, .
             + "; use the config.json that came with these weights (layer count, heads, sizes, version) and "
             "weights in a float dtype with finite values"
         )
+
+
+def _mixed_formats(tensors: dict) -> list[str]:
+    """The layers' fused projections (q/k/v, gate/up: ``load_draft``) whose parts are stored in different formats."""
+    out = []
+    layers = sorted({n.split(".")[1] for n in tensors if n.startswith("layers.") and n.count(".") > 2})
+    for i in layers:
+        for prefix, names in ((f"layers.{i}.self_attn.", ("q_proj", "k_proj", "v_proj")), (f"layers.{i}.mlp.", ("gate_proj", "up_proj"))):
+            got = [(prefix + n + ".weight", getattr(tensors.get(prefix + n + ".weight"), "fmt", None) or "float")
+                   for n in names if prefix + n + ".weight" in tensors]
+            if len({f for _, f in got}) > 1:
+                out.append(" + ".join(f"{n} ({f})" for n, f in got))
+    return out
 
 
 def check_structure(folder: str | Path, config: DraftConfig) -> None:

@@ -53,7 +53,8 @@ TEXT_FIELDS: dict[str, Field] = {
 }
 # Read from the RoPE object first, then the text config (older configs keep them at the top level).
 ROPE_FIELDS: dict[str, Field] = {
-    "rope_theta": Field("rope_theta", "float", 10000.0, above=0),
+    # a base below 1 makes the frequencies grow with the dimension (1e-300 overflows them): no model is built so
+    "rope_theta": Field("rope_theta", "float", 10000.0, min=1),
     "partial_rotary_factor": Field("partial_rotary_factor", "float", 0.25, above=0, max=1),
 }
 # Read from the top level first, then the text config (the VL wrapper keeps them outside).
@@ -176,7 +177,10 @@ class TargetConfig:
         v["eos_token_ids"] = _eos_ids(p, *_outer_value("eos_token_id", outer))
         p.items.extend(consistency_problems(v))
         p.check(WAY_OUT)
-        moe = MoeConfig.from_hf(text, mt) if mt in ("qwen3_next", *ALL_SPARSE_TYPES) else None
+        try:
+            moe = MoeConfig.from_hf(text, mt) if mt in ("qwen3_next", *ALL_SPARSE_TYPES) else None
+        except ConfigError as e:  # name the file, as every other config problem does
+            raise ConfigError(f"{source}: {e}" if source != "config.json" else str(e)) from None
         return cls(**v, model_type=mt, layout="grouped" if mt == "qwen3_next" else "split", moe=moe)
 
 

@@ -20,6 +20,7 @@ from .config import TargetConfig
 from .moe_mlp import MoeMLP
 from .ops import AttentionParams, GDNParams, TargetOps, bounds
 from .state import GDNLayerState, TargetState
+from .weights import ATTENTION_FUSED, GDN_FUSED, MLP_FUSED
 
 F32 = np.float32
 
@@ -33,7 +34,7 @@ class GatedDeltaNet:
     def __init__(self, cfg: TargetConfig, w: dict, p: str, index: int, lin, fused, ops: TargetOps):
         self.cfg, self.index, self.ops = cfg, index, ops
         # qkv, z, b, a read the same input: one call, split at these column offsets
-        self.in_proj = fused([p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight", p + "in_proj_a.weight"])
+        self.in_proj = fused([p + n + ".weight" for n in GDN_FUSED])
         self.out_proj = lin(p + "out_proj.weight")
         hv = cfg.linear_num_value_heads
         self.params = GDNParams(
@@ -79,7 +80,7 @@ class GatedAttention:
 
     def __init__(self, cfg: TargetConfig, w: dict, p: str, index: int, lin, fused, ops: TargetOps):
         self.cfg, self.index, self.ops = cfg, index, ops
-        self.qkv_proj = fused([p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
+        self.qkv_proj = fused([p + n + ".weight" for n in ATTENTION_FUSED])
         self.o_proj = lin(p + "o_proj.weight")
         H, HKV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.params = AttentionParams(
@@ -104,7 +105,7 @@ class GatedAttention:
 
 class DenseMLP:
     def __init__(self, p: str, lin, fused, ops: TargetOps):
-        self.gate_up = fused([p + "gate_proj.weight", p + "up_proj.weight"])
+        self.gate_up = fused([p + n + ".weight" for n in MLP_FUSED])
         self.down = lin(p + "down_proj.weight")
         self.ops = ops
 

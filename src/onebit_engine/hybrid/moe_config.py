@@ -75,6 +75,9 @@ class MoeConfig:
         return cls.from_dict(raw)
 
 
+MAX_EXPERTS = 16384  # released models have 512 at most (Qwen3-Next); the checks list every expert's tensors
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -90,6 +93,9 @@ def _problems(d: dict[str, Any]) -> list[str]:
         elif v < low:
             out.append(f"{key} must be >= {low}, got {v}")
     e, k = d.get("num_experts"), d.get("num_experts_per_tok")
+    if _is_int(e) and e > MAX_EXPERTS:
+        out.append(f"num_experts is {e}, must be <= {MAX_EXPERTS} (a count past it is a corrupt config: its expert names "
+                   f"alone would not fit in memory)")
     if _is_int(e) and _is_int(k) and e >= 1 and k > e:
         out.append(f"num_experts_per_tok ({k}) must be <= num_experts ({e})")
     if not isinstance(d.get("norm_topk_prob"), bool):

@@ -22,6 +22,43 @@ from .moe_weights import moe_shapes, unfuse_experts
 IGNORED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
 
 
+# The projections a layer runs as one call (layers.py fuses them: they read the same input), by the name after
+# the layer's prefix; their parts must share a format, which names and shapes alone do not show.
+GDN_FUSED = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
+ATTENTION_FUSED = ("q_proj", "k_proj", "v_proj")
+MLP_FUSED = ("gate_proj", "up_proj")
+
+
+def fused_groups(cfg: TargetConfig) -> list[list[str]]:
+    """The file's tensors that end up in one fused projection, group by group (a grouped Qwen3-Next file's
+    in_proj_qkvz and in_proj_ba: their rows become the four GDN parts)."""
+    out = []
+    for i, kind in enumerate(cfg.layer_types):
+        p = f"model.layers.{i}."
+        if kind == "linear_attention":
+            parts = ("in_proj_qkvz", "in_proj_ba") if cfg.layout == "grouped" else GDN_FUSED
+            out.append([f"{p}linear_attn.{n}.weight" for n in parts])
+        else:
+            out.append([f"{p}self_attn.{n}.weight" for n in ATTENTION_FUSED])
+        mlps = [f"{p}mlp."]
+        if cfg.is_sparse(i):
+            mlps = [f"{p}mlp.experts.{e}." for e in range(cfg.moe.num_experts)]
+            mlps += [f"{p}mlp.shared_expert."] if cfg.moe.shared_expert_intermediate_size else []
+        out += [[f"{m}{n}.weight" for n in MLP_FUSED] for m in mlps]
+    return out
+
+
+def _mixed_formats(tensors: dict, cfg: TargetConfig) -> list[str]:
+    """Fused groups whose parts are stored in different formats (float, int8, int4, ...): the loader cannot run
+    them as one projection."""
+    out = []
+    for group in fused_groups(cfg):
+        fmts = [getattr(tensors.get(n), "fmt", None) or "float" for n in group if n in tensors]
+        if len(set(fmts)) > 1:
+            out.append(" + ".join(f"{n} ({f})" for n, f in zip(group, fmts)))
+    return out
+
+
 def file_shapes(cfg: TargetConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor the file must hold (after the VL prefix is stripped) with its shape."""
     D, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
@@ -66,15 +103,20 @@ def file_shapes(cfg: TargetConfig) -> dict[str, tuple[int, ...]]:
     return s
 
 
-def normalize_names(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Strip the VL text prefix and drop the ignored vision / MTP tensors."""
-    out = {}
+def normalize_names(raw: dict[str, np.ndarray], source: str = "checkpoint") -> dict[str, np.ndarray]:
+    """Strip the VL text prefix and drop the ignored vision / MTP tensors. Two stored names for one tensor
+    (``model.X`` and ``model.language_model.X``) are refused: which copy would run is not for the loader to guess."""
+    out, stored = {}, {}
     for name, arr in raw.items():
-        if name.startswith("model.language_model."):
-            name = "model." + name[len("model.language_model."):]
-        if name.startswith(IGNORED_PREFIXES):
+        new = name
+        if new.startswith("model.language_model."):
+            new = "model." + new[len("model.language_model."):]
+        if new.startswith(IGNORED_PREFIXES):
             continue
-        out[name] = arr
+        if new in out:
+            raise WeightError(f"{source}: tensors {stored[new]!r} and {name!r} are both {new!r} (the VL wrapper's "
+                              f"language_model prefix); the checkpoint has two copies - keep one")
+        out[new], stored[new] = arr, name
     return out
 
 
@@ -86,7 +128,7 @@ def check_and_map(raw: dict, cfg: TargetConfig, source: str, *, values: bool = T
     ``raw`` maps checkpoint names to arrays, QuantWeights, :class:`~..checkpoint.lazy.TensorRef` or
     row sources (a lazily read quantized file). ``values=False``: names and shapes only, no weight is scanned
     (``onebit quantize`` scans each projection as it quantizes it)."""
-    tensors = normalize_names(raw)
+    tensors = normalize_names(raw, source)
     want = file_shapes(cfg)
     if cfg.tie_word_embeddings and "lm_head.weight" in tensors:  # tied: the embedding is the head
         head = tensors.pop("lm_head.weight")
@@ -104,6 +146,10 @@ def check_and_map(raw: dict, cfg: TargetConfig, source: str, *, values: bool = T
              for n in shaped if tuple(tensors[n].shape) != want[n]]                         # reports [N, K]
     if wrong:
         problems.append(first_few(wrong))
+    mixed = _mixed_formats(tensors, cfg)
+    if mixed:
+        problems.append(f"{len(mixed)} fused projection(s) mix formats (quantize a layer's projections alike: "
+                        f"`onebit quantize` the float checkpoint again with one --format): " + first_few(mixed))
     floats = [n for n in shaped if not _is_quant(tensors[n])]
     problems += value_problems({n: tensors[n] for n in floats}) if values else []
     if problems:
