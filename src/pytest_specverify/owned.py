@@ -24,15 +24,68 @@ def owned_arrays(arrays: Mapping[str, Any]) -> dict:
     return {name: owned(a) for name, a in arrays.items()}
 
 
+REQUIRED = ("new_state", "prefill", "step", "verify", "commit", "state_arrays")  # every check drives these
+
+
+class PortContractError(AssertionError):
+    """The port broke the adapter protocol (``protocol.SpecPort``): a missing method, logits of the wrong
+    shape, dtype or values. A failure of the port, said in its terms, not a traceback from inside a check."""
+
+
+def check_port(port) -> None:
+    """Refuse an object that is no port before any check runs on it: the methods every check calls and a
+    positive integer ``vocab_size``."""
+    name = getattr(port, "name", type(port).__name__)
+    missing = [m for m in REQUIRED if not callable(getattr(port, m, None))]
+    if missing:
+        raise PortContractError(f"the port {name!r} ({type(port).__name__}) has no method {', '.join(missing)}: a "
+                                f"specverify port implements protocol.SpecPort (docs/verify-your-port.md)")
+    v = getattr(port, "vocab_size", None)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise PortContractError(f"the port {name!r} has vocab_size {v!r}, must be a positive integer (its logits' width)")
+
+
+def check_logits(port, method: str, logits, rows: int):
+    """``logits`` of a ``method`` call of ``rows`` rows as the protocol says: a float array [rows, vocab_size]
+    with finite values. Returns it as an array."""
+    import numpy as np
+
+    name = getattr(port, "name", type(port).__name__)
+    where = f"the port {name!r}: {method}() returned logits"
+    if logits is None:
+        raise PortContractError(f"{where} None; Rows.logits must be a float array [T, vocab_size]")
+    try:
+        a = np.asarray(logits)
+    except Exception as e:  # noqa: BLE001 - whatever the port returned, say what it was
+        raise PortContractError(f"{where} of type {type(logits).__name__} that is no array ({e})") from None
+    if a.dtype.kind != "f" and "float" not in a.dtype.name:  # any float dtype (bfloat16 included)
+        raise PortContractError(f"{where} of dtype {a.dtype}; they must be a float array")
+    want = (rows, port.vocab_size)
+    if a.shape != want:
+        raise PortContractError(f"{where} of shape {a.shape}; a call of {rows} row(s) gives [{rows}, vocab_size] = {want}")
+    bad = ~np.isfinite(a.astype(np.float32, copy=False))
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        raise PortContractError(f"{where} holding {float(a[r, c])!r} at row {r}, token {c} ({int(bad.sum())} non-finite value(s)); "
+                                f"a forward that overflows or reads uninitialised memory - logits must be finite")
+    return a
+
+
 class OwnedOutputs:
     """The port, with every array it hands to a check copied on the way out: ``prefill`` / ``step`` /
-    ``verify`` logits and taps, and ``state_arrays``. Everything else is the port's own."""
+    ``verify`` logits and taps, and ``state_arrays``. Everything else is the port's own. The logits are checked
+    against the protocol on the way (``check_logits``), and the port itself when wrapped (``check_port``)."""
 
     def __init__(self, port):
+        check_port(port)
         self._port = port
 
     def __getattr__(self, name):
-        return getattr(self._port, name)
+        try:
+            return getattr(self._port, name)
+        except AttributeError:  # getattr(port, "max_k", None) still works: this is an AttributeError too
+            raise AttributeError(f"the port {getattr(self._port, 'name', type(self._port).__name__)!r} has no "
+                                 f"attribute {name!r} (protocol.SpecPort, docs/verify-your-port.md)") from None
 
     def new_state(self):
         """The port's new state, noted in the open :func:`closing_states` ledger (if any)."""
@@ -44,19 +97,22 @@ class OwnedOutputs:
                 _close_unheld(self._port, ledger)
         return state
 
-    def _rows(self, rows):
+    def _rows(self, rows, method: str, n: int):
         from .protocol import Rows
 
-        return Rows(owned(rows.logits), owned(getattr(rows, "taps", None)))
+        if not hasattr(rows, "logits"):
+            raise PortContractError(f"the port {getattr(self._port, 'name', '?')!r}: {method}() returned "
+                                    f"{type(rows).__name__}, not a protocol.Rows (logits, taps)")
+        return Rows(owned(check_logits(self._port, method, rows.logits, n)), owned(getattr(rows, "taps", None)))
 
     def prefill(self, state, tokens):
-        return self._rows(self._port.prefill(state, tokens))
+        return self._rows(self._port.prefill(state, tokens), "prefill", len(tokens))
 
     def step(self, state, token):
-        return self._rows(self._port.step(state, token))
+        return self._rows(self._port.step(state, token), "step", 1)
 
     def verify(self, state, tokens, *, path):
-        return self._rows(self._port.verify(state, tokens, path=path))
+        return self._rows(self._port.verify(state, tokens, path=path), "verify", len(tokens))
 
     def state_arrays(self, state):
         return owned_arrays(self._port.state_arrays(state))

@@ -60,7 +60,9 @@ OPTIONS = {
                                              "those that run the port's own draft at most its max_k)")),
     "--specverify-profile": ("profile", dict(
         metavar="NAME", help="tolerance profile (exact, fp32, fp16, npu; None: the port's declared one)")),
-    "--specverify-seed": ("seed", dict(metavar="INT", type=int, help="base seed; each test uses seed + crc32(nodeid)")),
+    "--specverify-seed": ("seed", dict(metavar="INT", type=bounded("--specverify-seed", 0, 2**63 - 1, " (numpy seeds are "
+                                                                    "non-negative)"),
+                                       help="base seed; each test uses seed + crc32(nodeid)")),
     "--specverify-samples": ("samples", dict(
         metavar="N", type=bounded("--specverify-samples", 100, 1_000_000, " (fewer runs cannot resolve a distribution)"),
         help="seeded runs the sampling-distribution check starts each part with (it adds runs until its named effects "
@@ -286,9 +288,11 @@ def specverify_port(specverify_settings):
 def specverify_tolerance(request, specverify_port, specverify_settings):
     """The tolerance profile: --specverify-profile, else the ini table ``specverify_tolerance``, else the
     port's declared ``tolerance`` (a profile name or a ``Tolerance`` object)."""
+    from .owned import check_port
     from .tolerance import profile
 
-    tol = _run_profile(request.config) or profile(specverify_port.tolerance)
+    check_port(specverify_port)  # an overriding conftest's fixture may hand anything: say so, not an AttributeError
+    tol = _run_profile(request.config) or profile(getattr(specverify_port, "tolerance", "exact"))
     request.node.user_properties.append(("specverify_port", f"{getattr(specverify_port, 'name', specverify_port)!s}: "
                                                             f"profile {tol.summary()}"))
     return tol

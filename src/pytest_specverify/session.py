@@ -18,8 +18,12 @@ MAX_K = 63  # a verify of at most 64 rows: past DFlash's block of 16, and far pa
 
 def k_list(text: str) -> tuple[int, ...]:
     """argparse type for --specverify-k: "0,1,3" -> (0, 1, 3)."""
+    parts = str(text).split(",")
+    if len(parts) > 1 and any(not x.strip() for x in parts):  # "1,,2": a value lost, not a list of two
+        raise argparse.ArgumentTypeError(f"--specverify-k has an empty entry in {text!r}; give comma-separated integers "
+                                         f"like 0,1,3")
     try:
-        ks = tuple(int(x) for x in str(text).split(",") if x.strip())
+        ks = tuple(int(x) for x in parts if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"--specverify-k wants comma-separated integers like 0,1,3, got {text!r}") from None
     if not ks or any(not 0 <= k <= MAX_K for k in ks):

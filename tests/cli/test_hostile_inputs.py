@@ -258,3 +258,27 @@ def test_quantize_names_the_folder_and_a_draft_given_for_a_servable_folder(run, 
     (bad / "config.json").write_text(json.dumps(cfg))
     code, _, err = run("quantize", "--model", bad, "--out", tmp_path / "q0.safetensors")
     _refused(code, err, str(bad / "config.json"), "vocab_size is 0")
+
+
+def test_prompt_text_that_is_not_utf8_or_empty_names_its_source(run, tmp_path):
+    import json
+
+    code, _, err = run("generate", "-q", "--max-new-tokens", 2, "--prompt", "\udcff\udcfe")  # what argv makes of b"\xff\xfe"
+    _refused(code, err, "--prompt", "is not valid UTF-8")
+    for name, items, words in (("s.json", ["\udcff abc"], ("prompt file", "prompt 0", "not valid UTF-8")),
+                               ("e.json", [""], ("prompt file", "prompt 0", "encodes to no tokens"))):
+        path = tmp_path / name
+        path.write_text(json.dumps(items))
+        out = tmp_path / f"{name}.stage"
+        code, _, err = run("probe", "capture", "-q", "--max-new-tokens", 2, "--prompts", path, "--out", out)
+        _refused(code, err, *words)
+        assert "--prompt " not in err and not out.exists()
+
+
+def test_two_prompt_sources_are_refused_not_one_dropped(run, tmp_path):
+    code, _, err = run("generate", "--max-new-tokens", 2, "--prompt", "x", "--prompt-ids", "1")
+    _refused(code, err, "--prompt-ids: not allowed with argument --prompt")
+    (tmp_path / "p.json").write_text('[[1, 2]]')
+    code, _, err = run("probe", "capture", "--max-new-tokens", 2, "--prompts", tmp_path / "p.json", "--prompt-ids", "1",
+                       "--out", tmp_path / "c.stage")
+    _refused(code, err, "not allowed with argument --prompts")

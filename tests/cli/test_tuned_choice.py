@@ -23,7 +23,8 @@ def test_a_kept_choice_reads_back_under_its_key_only(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["not json", "another version", "another key", "k outside the candidates",
-                                    "threads not an int", "missing field"])
+                                    "threads not an int", "missing field", "NaN speedup", "negative speedup",
+                                    "table not an object", "table of junk"])
 def test_a_damaged_kept_choice_is_measured_over(tmp_path, damage):
     path = tune.save_choice(tmp_path, KEY, CHOICE)
     doc = json.loads(path.read_text())
@@ -38,6 +39,14 @@ def test_a_damaged_kept_choice_is_measured_over(tmp_path, damage):
             doc["choice"]["k"] = 7
         elif damage == "threads not an int":
             doc["choice"]["threads"] = "1"
+        elif damage == "NaN speedup":  # json.dumps writes NaN: an edited file is read back as float nan
+            doc["choice"]["predicted_speedup"] = float("nan")
+        elif damage == "negative speedup":
+            doc["choice"]["predicted_speedup"] = -5.0
+        elif damage == "table not an object":
+            doc["choice"]["table"] = "junk"
+        elif damage == "table of junk":
+            doc["choice"]["table"] = {"threads=1 k=2": "fast"}
         else:
             del doc["choice"]["predicted_speedup"]
         path.write_text(json.dumps(doc))

@@ -132,7 +132,8 @@ def _model_args(p, *, draft: bool = True) -> None:
 
 
 def _prompt_args(p, *, many: bool = False) -> None:
-    g = p.add_argument_group("prompt")
+    # one prompt source: given two, the run would silently use one of them
+    g = p.add_argument_group("prompt").add_mutually_exclusive_group()
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (needs the model's tokenizer). Default: the built-in "
                    "pair's first prompt, else the ids 1 2 3 4")
     g.add_argument("--prompt-ids", metavar="IDS", help="prompt token ids, e.g. '1 2 3' (each in the model's vocabulary)")

@@ -255,13 +255,18 @@ def in_vocab(ids: list[int], loaded: Loaded, where: str) -> list[int]:
     return ids
 
 
-def _text(text: str, loaded: Loaded) -> list[int]:
+def _text(text: str, loaded: Loaded, where: str = "--prompt") -> list[int]:
     if loaded.tokenizer is None:
-        raise ConfigError(f"--prompt needs a tokenizer and {loaded.source} has none (no tokenizer.json); "
-                          f"give token ids with --prompt-ids instead")
+        raise ConfigError(f"{where} needs a tokenizer and {loaded.source} has none (no tokenizer.json); "
+                          f"give token ids instead (--prompt-ids, or id lists in a --prompts file)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes the shell passed that are not UTF-8 (or a lone surrogate escape)
+        raise ConfigError(f"{where} {text[:40]!r} is not valid UTF-8 text (character {e.start}); give UTF-8 text or "
+                          f"token ids") from None
     ids = encode(loaded.tokenizer, text)
     if not ids:
-        raise ConfigError(f"--prompt {text!r} encodes to no tokens; give a longer prompt")
+        raise ConfigError(f"{where} {text!r} encodes to no tokens; give a longer prompt")
     vocab = loaded.target.config.vocab_size
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:  # the ids are the tokenizer's own: the tokenizer and the model disagree, not the prompt
@@ -299,7 +304,7 @@ def _item(x, loaded: Loaded, where: str) -> list[int]:
     if isinstance(x, dict):
         x = x.get("ids", x.get("text", x.get("prompt")))
     if isinstance(x, str):
-        return _text(x, loaded)
+        return _text(x, loaded, where)
     if isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
         return in_vocab(x, loaded, where)
     raise ConfigError(f"{where}: {str(x)[:60]!r} is neither a string nor a non-empty list of token ids")

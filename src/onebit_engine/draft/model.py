@@ -242,6 +242,6 @@ def _check_picked(logits: np.ndarray, q: np.ndarray, tokens: np.ndarray) -> None
     bad = np.flatnonzero(~(np.isfinite(picked) & np.isfinite(chance)))
     if bad.size:
         r = int(bad[0])
-        raise NumericalError(f"the draft's logits of block row {r + 1} hold {picked[r]!r} (probability {chance[r]!r}) at "
+        raise NumericalError(f"the draft's logits of block row {r + 1} hold {float(picked[r])!r} (probability {float(chance[r])!r}) at "
                              f"its chosen token {int(tokens[r])}: its forward overflowed - check the draft's config "
                              f"(output_multiplier, input_embedding_scale, final_logit_softcapping) and weights")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -183,6 +184,11 @@ def load_choice(folder: Path, key: TuneKey) -> dict[str, Any] | None:
                                                for n, t in need.items()):
         return None
     if choice["k"] not in key.ks or choice["threads"] not in key.threads or choice["plain_threads"] not in key.threads:
+        return None
+    # an edited or damaged file must not be reported as a measurement (a NaN or negative speedup, a table of junk)
+    table = choice.get("table", {})
+    if not (math.isfinite(choice["predicted_speedup"]) and choice["predicted_speedup"] > 0) or not isinstance(table, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in table.values()):
         return None
     return choice
 

@@ -117,6 +117,10 @@ def make_trained_port(options: PortOptions) -> OnebitPort:
     from onebit_engine import load_draft, load_target
     from onebit_engine.default_model import builtin_paths, load_tokenizer
 
+    if options.model is not None:  # a model given here would be silently replaced by the built-in pair
+        raise ValueError(f"--specverify-model {options.model}: the onebit-trained port runs the built-in pair; give "
+                         f"--specverify-port onebit to check the engine on a checkpoint folder")
+
     target_dir, draft_dir, tok = builtin_paths()
     target = load_target(target_dir, backend=options.backend or "reference", row_set=options.row_set or 8)
     draft = load_draft(draft_dir, target, backend=target.backend, row_set=target.row_set)
@@ -158,9 +162,12 @@ def _tiny_checkpoint(seed: int) -> str:
 
 
 def make_port(options: PortOptions) -> OnebitPort:
-    """Entry point of the ``specverify.ports`` group: the tiny seeded hybrid target."""
+    """Entry point of the ``specverify.ports`` group: the tiny seeded hybrid target, or with ``--specverify-model
+    DIR`` the engine on that checkpoint folder (:func:`make_folder_port`; the option was otherwise ignored)."""
     from onebit_engine import load_target
 
+    if options.model is not None:
+        return make_folder_port(options.model, options, name="onebit")
     folder = _tiny_checkpoint(options.seed)
     target = load_target(folder, backend=options.backend or "reference", row_set=options.row_set or 8)
     return OnebitPort(target, draft_seed=options.seed, reference_path=folder, tolerance=_tolerance(target))

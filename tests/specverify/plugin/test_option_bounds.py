@@ -7,6 +7,8 @@ import pytest
     (["--specverify-k=1000"], ["--specverify-k", "0..63"]),
     (["--specverify-k=1,-2"], ["--specverify-k"]),
     (["--specverify-k=a,b"], ["--specverify-k", "comma-separated"]),
+    (["--specverify-k=1,,2"], ["--specverify-k", "empty entry"]),  # was read as 1,2
+    (["--specverify-seed=-1"], ["--specverify-seed=-1", "0..", "non-negative"]),  # was numpy's error inside a check
     (["--specverify-num-prompts=0"], ["--specverify-num-prompts=0", "1..1000"]),
     (["--specverify-samples=0"], ["--specverify-samples=0", "100..1000000"]),
     (["--specverify-samples=ten"], ["--specverify-samples", "integer"]),

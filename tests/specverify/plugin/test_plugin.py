@@ -207,3 +207,73 @@ def test_loading_the_plugin_imports_nothing_heavy():
             "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("notaport", ["the port 'int' (int) has no method new_state, prefill, step, verify, commit, state_arrays"]),
+    ("nomethod", ["has no method verify"]),
+    ("none", ["prefill() returned logits None"]),
+    ("nan", ["returned logits holding nan at row 0", "logits must be finite"]),
+    ("shape", ["returned logits of shape", "[5, vocab_size]"]),
+    ("dtype", ["returned logits of dtype <U"]),
+])
+def test_a_broken_port_is_named_in_its_own_terms(sv_pytester, mode, words):
+    # before: an AttributeError inside the plugin, a bare IndexError, NaN blamed on state independence, or a pass
+    sv_pytester.makeconftest(f"""
+import numpy as np
+import pytest
+from pytest_specverify.adapters import onebit
+from pytest_specverify.protocol import PortOptions, Rows
+
+class Broken:
+    def __init__(self, port):
+        self._p = port
+    def __getattr__(self, n):
+        if {mode!r} == "nomethod" and n == "verify":
+            raise AttributeError(n)
+        return getattr(self._p, n)
+    def _bad(self, rows):
+        z = np.asarray(rows.logits)
+        if {mode!r} == "none":
+            return Rows(None, rows.taps)
+        if {mode!r} == "nan":
+            return Rows(np.full_like(z, np.nan), rows.taps)
+        if {mode!r} == "shape":
+            return Rows(z[:, :7], rows.taps)
+        if {mode!r} == "dtype":
+            return Rows(z.astype(str), rows.taps)
+        return rows
+    def prefill(self, st, toks):
+        return self._bad(self._p.prefill(st, toks))
+    def step(self, st, tok):
+        return self._bad(self._p.step(st, tok))
+
+@pytest.fixture(scope="session")
+def specverify_port():
+    return 42 if {mode!r} == "notaport" else Broken(onebit.make_port(PortOptions()))
+""")
+    sv_pytester.makepyfile("""
+def test_commit_equivalence(specverify):
+    specverify.commit_equivalence([1, 2, 3, 4, 5], k_values=[1])
+""")
+    result = sv_pytester.runpytest()
+    out = result.stdout.str()
+    assert result.ret != 0 and "PortContractError" in out, out
+    for w in words:
+        assert w in out, out
+
+
+def test_the_onebit_port_runs_the_model_it_is_given(sv_pytester, tmp_path):
+    # --specverify-model was shown in the header and then ignored: the checks ran on the tiny built-in target
+    sv_pytester.makepyfile("""
+def test_vocab(specverify_port):
+    assert specverify_port.vocab_size == 96
+""")
+    from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
+
+    cfg = tiny_config()
+    folder = write_checkpoint(tmp_path / "m", cfg, random_weights(cfg, 0))
+    assert cfg.vocab_size == 96
+    sv_pytester.runpytest("--specverify-model", str(folder)).assert_outcomes(passed=1)
+    result = sv_pytester.runpytest("--specverify-model", str(tmp_path / "nowhere"))
+    assert result.ret != 0 and "does not exist or is not a folder" in result.stdout.str()
