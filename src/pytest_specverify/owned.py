@@ -24,22 +24,24 @@ def owned_arrays(arrays: Mapping[str, Any]) -> dict:
     return {name: owned(a) for name, a in arrays.items()}
 
 
-REQUIRED = ("new_state", "prefill", "step", "verify", "commit", "state_arrays")  # every check drives these
-
-
 class PortContractError(AssertionError):
     """The port broke the adapter protocol (``protocol.SpecPort``): a missing method, logits of the wrong
     shape, dtype or values. A failure of the port, said in its terms, not a traceback from inside a check."""
 
 
-def check_port(port) -> None:
-    """Refuse an object that is no port before any check runs on it: the methods every check calls and a
-    positive integer ``vocab_size``."""
+TARGET_METHODS = ("new_state", "prefill", "step", "verify", "commit", "state_arrays")  # SpecPort's: every check drives them
+
+
+def check_port(port, attributes: tuple[str, ...] = ()) -> None:
+    """Refuse an object that is no port before a check runs on it: ``protocol.SpecPort``'s target methods, the
+    ``attributes`` the caller reads, and a positive integer ``vocab_size``. The other members are named where a check
+    asks for one the port lacks (``OwnedOutputs.__getattr__``): a port may leave out what its checks never call."""
     name = getattr(port, "name", type(port).__name__)
-    missing = [m for m in REQUIRED if not callable(getattr(port, m, None))]
+    missing = [f"method {n}" for n in TARGET_METHODS if not callable(getattr(port, n, None))]
+    missing += [f"attribute {n}" for n in attributes if not hasattr(port, n)]
     if missing:
-        raise PortContractError(f"the port {name!r} ({type(port).__name__}) has no method {', '.join(missing)}: a "
-                                f"specverify port implements protocol.SpecPort (docs/verify-your-port.md)")
+        raise PortContractError(f"the port {name!r} ({type(port).__name__}) has no {', '.join(missing)}: a specverify "
+                                f"port implements protocol.SpecPort (docs/verify-your-port.md)")
     v = getattr(port, "vocab_size", None)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise PortContractError(f"the port {name!r} has vocab_size {v!r}, must be a positive integer (its logits' width)")

@@ -291,8 +291,8 @@ def specverify_tolerance(request, specverify_port, specverify_settings):
     from .owned import check_port
     from .tolerance import profile
 
-    check_port(specverify_port)  # an overriding conftest's fixture may hand anything: say so, not an AttributeError
-    tol = _run_profile(request.config) or profile(getattr(specverify_port, "tolerance", "exact"))
+    check_port(specverify_port, ("tolerance",))  # a conftest's fixture may hand anything: say so, not an AttributeError
+    tol = _run_profile(request.config) or profile(specverify_port.tolerance)
     request.node.user_properties.append(("specverify_port", f"{getattr(specverify_port, 'name', specverify_port)!s}: "
                                                             f"profile {tol.summary()}"))
     return tol

@@ -69,8 +69,9 @@ def test_moe_qwen3_next_without_its_moe_fields_is_refused(ckpt):
     cfg = json.loads((folder / "config.json").read_text())
     cfg.update(model_type="qwen3_next", num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1)
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match="qwen3_next MoE config is invalid: moe_intermediate_size must be an integer, got None"):
+    with pytest.raises(ConfigError, match="qwen3_next MoE config is invalid: moe_intermediate_size must be an integer, got None") as e:
         load_target(folder)
+    assert str(e.value).startswith(f"{folder / 'config.json'}: "), e.value  # the file, as every config problem says
 
 
 @pytest.mark.parametrize("keep", [4, 100, -50])

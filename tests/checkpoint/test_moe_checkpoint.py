@@ -38,7 +38,7 @@ def test_bad_moe_config_is_one_refusal_naming_every_problem(change, messages):
     with pytest.raises(ConfigError) as e:
         TargetConfig.from_hf(_raw(**change))
     msg = str(e.value)
-    assert "\n" not in msg and msg.startswith("qwen3_next MoE config is invalid")
+    assert "\n" not in msg and msg.startswith("config.json: qwen3_next MoE config is invalid")
     for m in messages:
         assert m in msg
 

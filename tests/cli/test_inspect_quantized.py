@@ -124,3 +124,22 @@ def test_fused_groups_are_the_projections_the_target_fuses(monkeypatch):
         built.clear()
         Target(cfg, random_weights(cfg, 0))
         assert sorted(built) == sorted("+".join(g) for g in fused_groups(cfg))
+
+
+def test_a_draft_fused_projection_of_mixed_formats_is_refused_naming_the_draft(run, tmp_path):
+    from onebit_engine import WeightError, load_draft, load_target
+    from onebit_engine.quant import quantize_weight
+    from onebit_engine.quant.io import load_quantized, save_quantized
+
+    pair = tmp_path / "pair"
+    code, _, err = run("synth", "--shape", "qwen3.5-0.8b-shrunk", "--format", "int8", "--out", pair)
+    assert code == 0, err
+    q = load_quantized(pair / "draft" / "quantized.safetensors")
+    name = next(n for n in q if n.endswith("self_attn.k_proj.weight"))
+    q[name] = quantize_weight(q[name].dequantize(), "int4")
+    save_quantized(pair / "draft" / "quantized.safetensors", q)
+    code, _, err = run("inspect", pair / "draft")
+    _one_line(code, err)
+    assert "mix formats" in err and f"{name} (int4)" in err, err
+    with pytest.raises(WeightError, match=f"^{pair / 'draft'}: .*mix formats"):
+        load_draft(pair / "draft", load_target(pair / "target"))

@@ -237,7 +237,7 @@ def cmd_quantize(args) -> int:
     from ..atomic import atomic_folder, atomic_path
     from ..checkpoint.safetensors import QUANT_FILE, folder_refs
     from ..checkpoint.writer import copy_tensors
-    from ..hybrid.moe_weights import split_fused_experts
+    from ..hybrid.moe_weights import idle_shared, split_fused_experts
     from ..quant.rows import as_rows
     from ..quant.stream_write import write_quantized
 
@@ -251,10 +251,7 @@ def cmd_quantize(args) -> int:
     if servable:  # a folder that says "run it" must be one the loader takes: its names and shapes, before any work
         _check_structure(raw, cfg, folder)
     refs = split_fused_experts(raw)  # fused 3-D experts: one projection per expert
-    # HF's zero-width shared expert (shared_expert_intermediate_size 0) has nothing to quantize; the loader drops it
-    no_shared = getattr(getattr(cfg, "moe", None), "shared_expert_intermediate_size", None) == 0
-    chosen = {n: a for n, a in sorted(refs.items())
-              if is_projection(n, a) and not (no_shared and ".mlp.shared_expert" in n and 0 in tuple(a.shape))}
+    chosen = {n: a for n, a in sorted(refs.items()) if is_projection(n, a) and not idle_shared(n, a.shape, cfg)}
     if not chosen:
         raise CheckpointError(f"{folder} holds no 2-D projection weights to quantize; give a float checkpoint folder")
     empty = [f"{n} {tuple(a.shape)}" for n, a in chosen.items() if 0 in tuple(a.shape)]

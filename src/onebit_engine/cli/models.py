@@ -246,12 +246,12 @@ def prompt(args, loaded: Loaded) -> list[int]:
     return default_prompts(loaded)[0]
 
 
-def in_vocab(ids: list[int], loaded: Loaded, where: str) -> list[int]:
+def in_vocab(ids: list[int], loaded: Loaded, where: str, fix: str = "give ids the model's tokenizer makes") -> list[int]:
     vocab = loaded.target.config.vocab_size
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:
         raise ConfigError(f"{where}: token id {bad[0]} is outside this model's vocabulary 0..{vocab - 1}"
-                          f"{f' ({len(bad)} ids are)' if len(bad) > 1 else ''}; give ids the model's tokenizer makes")
+                          f"{f' ({len(bad)} ids are)' if len(bad) > 1 else ''}; {fix}")
     return ids
 
 
@@ -267,13 +267,10 @@ def _text(text: str, loaded: Loaded, where: str = "--prompt") -> list[int]:
     ids = encode(loaded.tokenizer, text)
     if not ids:
         raise ConfigError(f"{where} {text!r} encodes to no tokens; give a longer prompt")
-    vocab = loaded.target.config.vocab_size
-    bad = [t for t in ids if not 0 <= t < vocab]
-    if bad:  # the ids are the tokenizer's own: the tokenizer and the model disagree, not the prompt
-        raise ConfigError(f"the tokenizer encodes {text[:40]!r} to token id {bad[0]}, outside the vocabulary 0..{vocab - 1} "
-                          f"of the model in {loaded.target_path} (its config.json vocab_size); the tokenizer.json is not "
-                          f"this model's - use the one that came with it, or give --prompt-ids")
-    return ids
+    # the ids are the tokenizer's own: out of range, the tokenizer and the model disagree, not the prompt
+    return in_vocab(ids, loaded, f"the tokenizer's encoding of {where} {text[:40]!r}",
+                    f"the tokenizer.json is not this model's (in {loaded.target_path}: its config.json vocab_size) - "
+                    f"use the one that came with it, or give token ids")
 
 
 def prompt_set(args, loaded: Loaded) -> list[list[int]]:

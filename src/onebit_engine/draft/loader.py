@@ -21,12 +21,17 @@ from ..errors import ConfigError, WeightError
 from ..gemm import Linear, get_backend
 from ..hybrid.model import folder_weights
 from ..hybrid.weights import value_problems
+from ..quant.rows import mixed_formats
 from ..quant.table import RowTable
 from .config import DraftConfig
 from .conv import GroupedDynamicConv
 from .model import Draft, DraftLayer
 from .ops import resolve_ops
 from .selector import CandidateSelector
+
+# the projections a layer fuses (they read the same input; the context's k/v are QKV[1:])
+QKV = ("q_proj", "k_proj", "v_proj")
+GATE_UP = ("gate_proj", "up_proj")
 
 _PREFIX_ALIASES = (
     ("midlayer.", "layers.0."),
@@ -47,7 +52,7 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
     check_fits_target(config, target.config)
     try:  # the draft's weight problems name its folder (a run reads two checkpoints)
         tensors = canonical_names(folder_weights(folder))
-        check_tensors(tensors, expected_shapes(config, target.config.vocab_size))
+        check_tensors(tensors, expected_shapes(config, target.config.vocab_size), fused_groups(config))
     except WeightError as e:
         raise WeightError(f"{folder}: {e}") from None
     be = get_backend(backend)
@@ -55,11 +60,8 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
     def lin(name: str) -> Linear:
         return Linear.from_weight(tensors[name], be, row_set, name)
 
-    def fused(prefix: str, names: list[str]) -> Linear:
-        try:
-            return Linear.fused([tensors[prefix + n + ".weight"] for n in names], be, row_set, prefix + "+".join(names))
-        except WeightError as e:
-            raise WeightError(f"{folder} (the draft): {e}") from None
+    def fused(prefix: str, names: tuple[str, ...]) -> Linear:
+        return Linear.fused([tensors[prefix + n + ".weight"] for n in names], be, row_set, prefix + "+".join(names))
 
     def vec(name: str) -> np.ndarray:
         t = tensors[name]
@@ -77,12 +79,12 @@ def load_draft(path: str | Path, target: Any, *, backend: Any = "reference", row
             DraftLayer(
                 input_layernorm=vec(p + "input_layernorm.weight"),
                 post_attention_layernorm=vec(p + "post_attention_layernorm.weight"),
-                qkv_proj=fused(p + "self_attn.", ["q_proj", "k_proj", "v_proj"]),
-                kv_proj=fused(p + "self_attn.", ["k_proj", "v_proj"]),
+                qkv_proj=fused(p + "self_attn.", QKV),
+                kv_proj=fused(p + "self_attn.", QKV[1:]),
                 o_proj=lin(p + "self_attn.o_proj.weight"),
                 q_norm=vec(p + "self_attn.q_norm.weight"),
                 k_norm=vec(p + "self_attn.k_norm.weight"),
-                gate_up_proj=fused(p + "mlp.", ["gate_proj", "up_proj"]),
+                gate_up_proj=fused(p + "mlp.", GATE_UP),
                 down_proj=lin(p + "mlp.down_proj.weight"),
                 attention_conv=conv(p + "attention_conv"),
                 mlp_conv=conv(p + "mlp_conv"),
@@ -181,10 +183,11 @@ def expected_shapes(c: DraftConfig, vocab: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], *, values: bool = True) -> None:
+def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], groups=(), *,
+                  values: bool = True) -> None:
     """One WeightError naming every kind of problem (the first few of each, counted): missing tensors,
-    unknown tensors, shape mismatches, float weights stored as integers, NaN / inf values (``values=False``:
-    names and shapes only)."""
+    unknown tensors, shape mismatches, fused ``groups`` (:func:`fused_groups`) of mixed formats, float weights stored
+    as integers, NaN / inf values (``values=False``: names, shapes and formats only)."""
     missing = sorted(set(shapes) - set(tensors))
     unknown = sorted(set(tensors) - set(shapes))
     shaped = sorted(set(shapes) & set(tensors))
@@ -197,7 +200,7 @@ def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, .
         lines.append(first_few([f"unknown tensor {n} (shape {tuple(tensors[n].shape)})" for n in unknown]))
     if wrong:
         lines.append(first_few(wrong))
-    mixed = _mixed_formats(tensors)
+    mixed = mixed_formats(tensors, groups)
     if mixed:
         lines.append(f"{len(mixed)} fused projection(s) mix formats (quantize a layer's projections alike): " + first_few(mixed))
     if values:
@@ -211,17 +214,10 @@ def check_tensors(tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, .
         )
 
 
-def _mixed_formats(tensors: dict) -> list[str]:
-    """The layers' fused projections (q/k/v, gate/up: ``load_draft``) whose parts are stored in different formats."""
-    out = []
-    layers = sorted({n.split(".")[1] for n in tensors if n.startswith("layers.") and n.count(".") > 2})
-    for i in layers:
-        for prefix, names in ((f"layers.{i}.self_attn.", ("q_proj", "k_proj", "v_proj")), (f"layers.{i}.mlp.", ("gate_proj", "up_proj"))):
-            got = [(prefix + n + ".weight", getattr(tensors.get(prefix + n + ".weight"), "fmt", None) or "float")
-                   for n in names if prefix + n + ".weight" in tensors]
-            if len({f for _, f in got}) > 1:
-                out.append(" + ".join(f"{n} ({f})" for n, f in got))
-    return out
+def fused_groups(config: DraftConfig) -> list[list[str]]:
+    """The tensors each layer runs as one fused projection (``load_draft``'s ``fused``: q/k/v, its k/v, gate/up)."""
+    return [[f"layers.{i}.{sub}{n}.weight" for n in names] for i in range(config.num_hidden_layers)
+            for sub, names in (("self_attn.", QKV), ("mlp.", GATE_UP))]
 
 
 def check_structure(folder: str | Path, config: DraftConfig) -> None:
@@ -233,4 +229,4 @@ def check_structure(folder: str | Path, config: DraftConfig) -> None:
     if vocab is None:
         rows = [tensors[n].shape[0] for n in _CODEBOOKS if n in tensors and len(tensors[n].shape) == 2]
         vocab = rows[0] if rows else 0
-    check_tensors(tensors, expected_shapes(config, vocab), values=False)
+    check_tensors(tensors, expected_shapes(config, vocab), fused_groups(config), values=False)

@@ -177,10 +177,7 @@ class TargetConfig:
         v["eos_token_ids"] = _eos_ids(p, *_outer_value("eos_token_id", outer))
         p.items.extend(consistency_problems(v))
         p.check(WAY_OUT)
-        try:
-            moe = MoeConfig.from_hf(text, mt) if mt in ("qwen3_next", *ALL_SPARSE_TYPES) else None
-        except ConfigError as e:  # name the file, as every other config problem does
-            raise ConfigError(f"{source}: {e}" if source != "config.json" else str(e)) from None
+        moe = MoeConfig.from_hf(text, mt, source) if mt in ("qwen3_next", *ALL_SPARSE_TYPES) else None
         return cls(**v, model_type=mt, layout="grouped" if mt == "qwen3_next" else "split", moe=moe)
 
 

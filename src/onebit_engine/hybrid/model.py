@@ -19,7 +19,7 @@ import numpy as np
 
 from ..checkpoint.safetensors import QUANT_FILE, folder_refs, read_config
 from ..checkpoint.fields import first_few
-from ..errors import CheckpointError, ConfigError, ContextLimitError, StateError, WeightError
+from ..errors import CheckpointError, ConfigError, ContextLimitError, StateError
 from ..gemm import Linear, get_backend
 from ..gemm.base import GemmBackend
 from ..ops.kv_cache import KVCache
@@ -192,10 +192,7 @@ def load_target(path: "str | Path", *, backend: "str | GemmBackend" = "reference
     folder = Path(path)
     config = TargetConfig.from_hf(read_config(folder), source=str(folder / "config.json"))
     weights = check_and_map(folder_weights(folder), config, str(folder))
-    try:
-        return Target(config, weights, backend=backend, row_set=row_set, ops=ops)
-    except WeightError as e:  # a fused projection's parts that do not go together: name the folder
-        raise WeightError(f"{folder}: {e}") from None
+    return Target(config, weights, backend=backend, row_set=row_set, ops=ops)
 
 
 __all__ = ["Target", "Output", "load_target", "COMMIT_PATHS"]

@@ -46,9 +46,9 @@ class MoeConfig:
         return cls(**{**d, "mlp_only_layers": tuple(d.get("mlp_only_layers", ()))})
 
     @classmethod
-    def from_hf(cls, text: dict[str, Any], model_type: str) -> "MoeConfig | None":
+    def from_hf(cls, text: dict[str, Any], model_type: str, source: str = "config.json") -> "MoeConfig | None":
         """The MoE fields of a HF text config; None for a ``qwen3_next`` config without experts
-        (``num_experts`` 0 or absent). Every problem is reported at once, in one line."""
+        (``num_experts`` 0 or absent). Every problem is reported at once, in one line, naming ``source``."""
         all_sparse = model_type in ALL_SPARSE_TYPES
         if not all_sparse and not text.get("num_experts"):
             return None
@@ -69,8 +69,8 @@ class MoeConfig:
                 problems.append(f"mlp_only_layers {out} are outside the {n} layers [0, {n})")
         if problems:
             raise ConfigError(
-                f"{model_type} MoE config is invalid: " + "; ".join(problems)
-                + "; fix config.json (the values transformers' config class documents)"
+                f"{source}: {model_type} MoE config is invalid: " + "; ".join(problems)
+                + f"; fix {source} (the values transformers' config class documents)"
             )
         return cls.from_dict(raw)
 

@@ -36,6 +36,16 @@ def moe_shapes(cfg: TargetConfig, p: str) -> dict[str, tuple[int, ...]]:
     return s
 
 
+def idle_shared(name: str, shape, cfg) -> bool:
+    """A tensor of HF's zero-width shared expert (``shared_expert_intermediate_size`` 0: its output is 0): its (0, D) /
+    (D, 0) projections and its gate. Stored by transformers, computing nothing: the loader drops them, and
+    ``onebit quantize`` has nothing to quantize in them. ``cfg``: a target config (any other has none)."""
+    m = getattr(cfg, "moe", None)
+    if m is None or m.shared_expert_intermediate_size or ".mlp.shared_expert" not in name:
+        return False
+    return name.endswith("shared_expert_gate.weight") or 0 in tuple(shape)
+
+
 def unfuse_experts(tensors: dict, cfg: TargetConfig) -> list[str]:
     """In place: split fused 3-D expert tensors into the per-expert names and drop a zero-width shared
     expert (``shared_expert_intermediate_size`` 0). Returns the problems found (every one at once):
@@ -49,10 +59,8 @@ def unfuse_experts(tensors: dict, cfg: TargetConfig) -> list[str]:
         if not cfg.is_sparse(i):
             continue
         p = f"model.layers.{i}.mlp."
-        if not m.shared_expert_intermediate_size:  # HF's zero-width shared MLP: its output is 0
-            for name in [n for n in tensors if n.startswith(p + "shared_expert")]:
-                if name == p + "shared_expert_gate.weight" or 0 in tuple(tensors[name].shape):
-                    del tensors[name]
+        for name in [n for n in tensors if n.startswith(p + "shared_expert") and idle_shared(n, tensors[n].shape, cfg)]:
+            del tensors[name]
         for fused, split, want in ((p + "experts.gate_up_proj", ("gate_proj", "up_proj"), (E, 2 * I, D)),
                                    (p + "experts.down_proj", ("down_proj",), (E, D, I))):
             if fused + ".weight" in tensors and fused not in tensors:  # the same tensor under a .weight name

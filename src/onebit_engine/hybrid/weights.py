@@ -15,7 +15,7 @@ from ..checkpoint.lazy import TensorRef
 from ..checkpoint.safetensors import FLOAT_DTYPES, file_dtype
 from ..errors import WeightError
 from ..quant.formats import QuantWeight
-from ..quant.rows import FloatRows, Picked, RowSource, as_rows, blocks
+from ..quant.rows import FloatRows, Picked, RowSource, as_rows, blocks, mixed_formats
 from .config import TargetConfig
 from .moe_weights import moe_shapes, unfuse_experts
 
@@ -45,17 +45,6 @@ def fused_groups(cfg: TargetConfig) -> list[list[str]]:
             mlps = [f"{p}mlp.experts.{e}." for e in range(cfg.moe.num_experts)]
             mlps += [f"{p}mlp.shared_expert."] if cfg.moe.shared_expert_intermediate_size else []
         out += [[f"{m}{n}.weight" for n in MLP_FUSED] for m in mlps]
-    return out
-
-
-def _mixed_formats(tensors: dict, cfg: TargetConfig) -> list[str]:
-    """Fused groups whose parts are stored in different formats (float, int8, int4, ...): the loader cannot run
-    them as one projection."""
-    out = []
-    for group in fused_groups(cfg):
-        fmts = [getattr(tensors.get(n), "fmt", None) or "float" for n in group if n in tensors]
-        if len(set(fmts)) > 1:
-            out.append(" + ".join(f"{n} ({f})" for n, f in zip(group, fmts)))
     return out
 
 
@@ -146,7 +135,7 @@ def check_and_map(raw: dict, cfg: TargetConfig, source: str, *, values: bool = T
              for n in shaped if tuple(tensors[n].shape) != want[n]]                         # reports [N, K]
     if wrong:
         problems.append(first_few(wrong))
-    mixed = _mixed_formats(tensors, cfg)
+    mixed = mixed_formats(tensors, fused_groups(cfg))
     if mixed:
         problems.append(f"{len(mixed)} fused projection(s) mix formats (quantize a layer's projections alike: "
                         f"`onebit quantize` the float checkpoint again with one --format): " + first_few(mixed))

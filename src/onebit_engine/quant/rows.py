@@ -79,6 +79,17 @@ class QuantRows:
         return out
 
 
+def mixed_formats(tensors: dict, groups) -> list[str]:
+    """The groups (lists of tensor names a loader fuses into one :class:`Stacked`) whose present parts are stored in
+    different formats - what ``Stacked`` would refuse at build, found while names and shapes are checked."""
+    out = []
+    for group in groups:
+        got = [(n, getattr(tensors[n], "fmt", None) or "float") for n in group if n in tensors]
+        if len({f for _, f in got}) > 1:
+            out.append(" + ".join(f"{n} ({f})" for n, f in got))
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class Stacked:
     """Weights that read the same input, rows one after the other (same K, same fmt)."""

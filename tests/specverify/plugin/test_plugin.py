@@ -210,8 +210,9 @@ def test_loading_the_plugin_imports_nothing_heavy():
 
 
 @pytest.mark.parametrize("mode, words", [
-    ("notaport", ["the port 'int' (int) has no method new_state, prefill, step, verify, commit, state_arrays"]),
-    ("nomethod", ["has no method verify"]),
+    ("notaport", ["the port 'int' (int) has no method new_state, method prefill, method step, method verify, "
+                  "method commit, method state_arrays, attribute tolerance"]),
+    ("nomethod", ["has no method verify:"]),
     ("none", ["prefill() returned logits None"]),
     ("nan", ["returned logits holding nan at row 0", "logits must be finite"]),
     ("shape", ["returned logits of shape", "[5, vocab_size]"]),
