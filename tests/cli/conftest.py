@@ -9,6 +9,8 @@ from onebit_engine.cli import main
 from onebit_engine.draft import write_synthetic_draft
 from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_checkpoint
 
+from .refusals import no_hang  # noqa: F401 (a fixture: a blocked read fails the test instead of hanging it)
+
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):

@@ -4,7 +4,6 @@ valid, served."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,25 +18,7 @@ from onebit_engine.hybrid.synthetic import random_weights, tiny_config, write_ch
 from onebit_engine.loop.inputs import check_run
 from onebit_engine.quant import quantize_weight
 
-
-def _refused(code, err, *words):
-    assert code == 2, (code, err)
-    assert err.startswith("onebit: error: ") and len(err.strip().splitlines()) == 1, err
-    for w in words:
-        assert w in err, err
-
-
-@pytest.fixture
-def no_hang():
-    """Turns a blocked read into a failure after 20 s instead of a stuck test run."""
-    def boom(*_):
-        raise TimeoutError("the command blocked (a read of a FIFO?)")
-
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+from .refusals import refused as _refused
 
 
 def _target(root: Path, weights=None, seed: int = 3) -> Path:
@@ -162,7 +143,7 @@ def test_a_temperature_too_small_to_divide_by_is_refused(run):
 def test_an_empty_model_path_is_not_the_built_in_pair(run):
     for command, flag in (("generate", "--model"), ("loop", "--draft")):
         code, _, err = run(command, flag, "", "--max-new-tokens", 2)
-        _refused(code, err, f"{flag} is empty")
+        _refused(code, err, f"{flag} '' is a blank path", f"leave {flag} out for the built-in pair")
 
 
 def test_a_draft_block_past_64_is_refused():

@@ -94,7 +94,21 @@ def _temperature(text: str) -> float:
 
 
 _temperature.__name__ = "number"
-_round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: give e.g. --round-cost 2.5")
+_any_round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: give e.g. --round-cost 2.5")
+# Below this, a round's tokens (up to a block of 64) over its cost overflow to inf: the predicted speedup of
+# --round-cost 5e-324 was dropped as a figure "nothing was measured for".
+MIN_ROUND_COST = 1e-300
+
+
+def _round_cost(text: str) -> float:
+    v = _any_round_cost(text)
+    if v < MIN_ROUND_COST:
+        raise argparse.ArgumentTypeError(f"{v!r} is below {MIN_ROUND_COST:g}, where the predicted speedup (tokens a "
+                                         f"round over its cost) overflows; give e.g. --round-cost 2.5")
+    return v
+
+
+_round_cost.__name__ = "number"
 
 
 # GEMM backends by name (gemm.registry's, plus auto); tests/cli pins this list to the registry's.
@@ -167,6 +181,9 @@ def _stages(text: str) -> "str | int":
         n = 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not 'auto', 'one' or a row count >= 1")
+    if n > MAX_ROW_SET:  # a count like any other: bounded (99999999999999999999999 ran as one pass, unsaid)
+        raise argparse.ArgumentTypeError(f"{n} is more rows than any verify has (a draft's block is at most "
+                                         f"{MAX_ROW_SET}): give 'auto', 'one' or a first-pass row count 1..{MAX_ROW_SET}")
     return n
 
 
@@ -231,8 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = psub.add_parser("score", help="acceptance by position, tokens/round, ceiling and break-even")
     s.add_argument("--capture", required=True, metavar="FILE", help="capture stage file (onebit probe capture --out)")
     s.add_argument("--drafts", required=True, metavar="FILE", help="draft stage file (onebit probe draft --out) made from --capture")
-    s.add_argument("--k", type=_count, nargs="+", metavar="K", help="k values to score, each 1..block-1 of the draft "
-                   "stage. Default: all of them")
+    # extend: `--k 1 --k 2` scores both (with nargs alone the last list won and the first was dropped unsaid)
+    s.add_argument("--k", type=_count, nargs="+", action="extend", metavar="K", help="k values to score, each "
+                   "1..block-1 of the draft stage (each once, in the order given). Default: all of them")
     s.add_argument("--round-cost", type=_round_cost, metavar="STEPS",
                    help="a round's cost in plain steps, for the predicted speedup and break-even acceptance")
     _output_args(s)
@@ -337,8 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             return int(e.code or 0)
         args.argv = argv
         try:
-            from .outputs import check_output
+            from .outputs import check_output, check_paths
 
+            check_paths(args)
             check_output(args, builtin_inputs=_builtin_inputs(args))
             return _run(args.func, args)
         except OnebitError as e:  # every refusal: raised by the check that knows the rule

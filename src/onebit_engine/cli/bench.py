@@ -11,11 +11,48 @@ from ..measure import bench_runner
 from . import models, prepare, ui
 from .status import COMPILING, Status
 
+SCALE_SCHEMA = "onebit.scale_bench/1"  # scale.SCHEMA (a test pins them equal; importing scale loads the synth tables)
+
+
+# the flags each kind of bench reads: any other flag given would pass unread
+_COMPARE_FLAGS = ("--compare", "--allow-mismatch", "--json", "--quiet", "--verbose")
+_SCALE_FLAGS = ("--shape", "--format", "--acceptance", "--seed", "--cache")
+
+
+def _given(args) -> list[str]:
+    """The long flags on the command line, in order (by name: a flag given at its default value counts too)."""
+    flags = [a.split("=", 1)[0] for a in getattr(args, "argv", None) or () if a.startswith("--")]
+    return list(dict.fromkeys(flags))
+
+
+def _refuse_unread(args) -> None:
+    given = _given(args)
+    if args.compare:
+        unread = [f for f in given if f not in _COMPARE_FLAGS]
+        if unread:
+            raise ConfigError(f"--compare only reads two result files; {', '.join(unread)} "
+                              f"{'is' if len(unread) == 1 else 'are'} not used with it (drop it, or drop --compare to measure)")
+    elif "--allow-mismatch" in given:
+        raise ConfigError("--allow-mismatch only applies to --compare A.json B.json; drop it to measure")
+    elif args.shape is None:
+        scale = [f for f in given if f in _SCALE_FLAGS]
+        if scale:
+            raise ConfigError(f"{', '.join(scale)} {'belongs' if len(scale) == 1 else 'belong'} to the scale benchmark "
+                              f"and would be ignored here: add --shape NAME, or drop {'it' if len(scale) == 1 else 'them'}")
+
+
+def check_stages(stages, k: int) -> None:
+    """A first pass of more than k+1 rows is one pass: refused, not clamped without a word."""
+    if isinstance(stages, int) and stages > k + 1:
+        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of k={k} drafts has (k+1 = {k + 1}); "
+                          f"give 1..{k + 1} ({k + 1}: one pass, as 'one'), 'one' or 'auto'")
+
 
 def cmd_bench(args) -> int:
+    _refuse_unread(args)
     if args.compare:
         return _compare(args)
-    if args.shape:
+    if args.shape is not None:  # '' too: get_shape refuses it by name, not a plain bench instead
         for flag in ("model", "draft", "prompt", "prompt_ids", "prompts"):
             if getattr(args, flag, None):
                 raise ConfigError(f"--shape synthesizes its own pair and prompt; --{flag.replace('_', '-')} is not used with it "
@@ -31,7 +68,7 @@ def cmd_bench(args) -> int:
         from .scale import cmd_scale_bench
 
         return cmd_scale_bench(args)
-    if args.format or args.acceptance != "0.8" or args.cache:
+    if args.format or args.acceptance != "0.8" or args.cache:  # a caller without argv (cmd_bench called directly)
         raise ConfigError("--format, --acceptance and --cache belong to the scale benchmark: add --shape NAME")
     if args.k is not None:  # refused with this draft's range before anything loads
         models.check_k(args.k, models.draft_block(args))
@@ -40,6 +77,7 @@ def cmd_bench(args) -> int:
         loaded = models.load(args, need_draft=True)
         one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
         k = models.check_k(args.k, loaded.draft, loaded.default_k)
+        check_stages(args.verify_stages, k)
         bench_runner.check_room(args.max_new_tokens, k)
         prompts = models.prompt_set(args, loaded)
         models.check_length(args.max_new_tokens, prompts, loaded.target.config.max_position_embeddings, least=3,
@@ -61,7 +99,7 @@ def cmd_bench(args) -> int:
         try:
             atomic_write_text(args.out, ui.dumps(doc))
         except OutputError as e:  # the measurement is not lost: it goes to stdout, the error to stderr
-            return _unwritten(doc, e, args)
+            return unwritten(doc, e, args)
     if args.json:
         ui.print_json(doc)
         return 0
@@ -90,7 +128,7 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _unwritten(doc: dict, err: OutputError, args) -> int:
+def unwritten(doc: dict, err: OutputError, args) -> int:
     msg = f"{err}; the result is printed on stdout instead"
     if args.json:
         ui.print_json(dict(doc, error=msg, exit_code=2))
@@ -103,9 +141,15 @@ def _unwritten(doc: dict, err: OutputError, args) -> int:
 def _read(path: str) -> dict:
     """The parsed file; NaN / Infinity are parsed here so that ``bench_runner.check_result`` can name their key."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"benchmark result {path!r} is not a file but a folder; give the file `onebit bench --out FILE` wrote")
     if not p.is_file():
         raise ConfigError(f"benchmark result {path!r} does not exist or is not a file; write one with `onebit bench --out {path}`")
-    return read_json(p, "benchmark result", error=ConfigError, redo=f"write it again with `onebit bench --out {path}`")
+    doc = read_json(p, "benchmark result", error=ConfigError, redo=f"write it again with `onebit bench --out {path}`")
+    if isinstance(doc, dict) and doc.get("schema") == SCALE_SCHEMA:  # not a bench result to write again: another kind
+        raise ConfigError(f"{path} is a scale benchmark result (`onebit bench --shape`), which --compare does not read; "
+                          f"compare two `onebit bench --out` results of a model, or read the scale results side by side")
+    return doc
 
 
 def _compare(args) -> int:

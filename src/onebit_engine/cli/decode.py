@@ -37,6 +37,16 @@ def labelled(label: str, tokens: list[int], loaded) -> str:
     return f"{head}\n{body}" if "\n" in body else f"{head} {body}"
 
 
+def untimed(res, max_new_tokens: int) -> str | None:
+    """Why a run has no decode rate (None: it has one): the rate counts the tokens after the first (the
+    prefill's), and 0 of them is no measurement of 0 tok/s."""
+    if len(res.tokens) > 1:
+        return None
+    if max_new_tokens < 2:
+        return f"--max-new-tokens {max_new_tokens} leaves no token after the first to time; give --max-new-tokens 2 or more"
+    return "the run stopped at a stop token right after the first, leaving none to time; give a prompt the model continues"
+
+
 def cmd_generate(args) -> int:
     from ..loop.generate import generate
     from ..measure.provenance import plain_provenance
@@ -47,14 +57,19 @@ def cmd_generate(args) -> int:
         target = Counted(loaded.target, "forward", bar) if bar.enabled else loaded.target
         res = generate(target, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     prov = dict(plain_provenance(loaded.target, temperature=args.temperature), model_hash=loaded.model_hash, model_path=str(loaded.target_path))
+    why = untimed(res, args.max_new_tokens)
+    rate = None if why is not None else res.tokens_per_s
     if args.json:
-        ui.print_json({"command": "generate", "prompt": prompt, "prompt_text": text(prompt, loaded), "tokens": res.tokens,
-                       "text": text(res.tokens, loaded), "stop_reason": res.stop_reason, "tokens_per_s": res.tokens_per_s,
-                       "prefill_ms": 1e3 * res.prefill_s, "provenance": prov})
+        doc = {"command": "generate", "prompt": prompt, "prompt_text": text(prompt, loaded), "tokens": res.tokens,
+               "text": text(res.tokens, loaded), "stop_reason": res.stop_reason, "tokens_per_s": rate,
+               "prefill_ms": 1e3 * res.prefill_s, "provenance": prov}
+        if why is not None:  # strict JSON: null with its reason (docs/cli.md)
+            doc["null_reasons"] = {"tokens_per_s": why}
+        ui.print_json(doc)
         return 0
     print(labelled("prompt", prompt, loaded))
     print(labelled("output", res.tokens, loaded))
-    print(f"\n{len(res.tokens)} tokens ({res.stop_reason}), {ui.fmt(res.tokens_per_s, 1)} tok/s decode, prefill of "
+    print(f"\n{len(res.tokens)} tokens ({res.stop_reason}), {ui.fmt(rate, 1)} tok/s decode, prefill of "
           f"{len(prompt)} tokens {1e3 * res.prefill_s:.1f} ms  [{loaded.source}; {prov['backend']} ({prov['kernel_set']}), "
           f"row set {prov['row_set']}, T={args.temperature}]")
     return 0

@@ -20,6 +20,19 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def check_stages(stages, k: int | None, block: int | None) -> None:
+    """A first pass of more than k+1 rows is one pass: refused, not clamped without a word. With k open, the
+    choice is made among the k whose verify has that many rows (``tuning.candidates``)."""
+    if not isinstance(stages, int):
+        return
+    if k is not None and stages > k + 1:
+        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of k={k} drafts has (k+1 = {k + 1}); "
+                          f"give 1..{k + 1} ({k + 1}: one pass, as 'one'), 'one' or 'auto'")
+    if k is None and stages > block:
+        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of this draft has (k+1 = {block} at "
+                          f"the largest k, its block size {block} minus the anchor); give 1..{block}, 'one' or 'auto'")
+
+
 def cmd_loop(args) -> int:
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
@@ -30,8 +43,14 @@ def cmd_loop(args) -> int:
     if args.check and args.temperature > 0:
         raise ConfigError(f"--check needs --temperature 0 (got {args.temperature}): only greedy speculative decoding is "
                           f"token-for-token plain decoding; sampled runs agree in distribution, not in tokens")
-    if args.k is not None:  # refused with this draft's range before anything loads
-        models.check_k(args.k, models.draft_block(args))
+    if args.retune and args.k is not None and args.threads is not None:  # else the flag would do nothing, silently
+        raise ConfigError(f"--retune has nothing to measure: --k {args.k} and --threads {args.threads} fix the loop's "
+                          f"configuration; drop --retune, or leave --k or --threads open for the loop to measure")
+    if args.k is not None or isinstance(args.verify_stages, int):  # refused with this draft's range before anything loads
+        block = models.draft_block(args)
+        if args.k is not None:
+            models.check_k(args.k, block)
+        check_stages(args.verify_stages, args.k, block)
     status = Status(args)
     loaded, prompt = prepare.prepare(args, status, need_draft=True)
     # Plain decoding at its fastest: one row, no padding. A backend that pads needs a row set 1 target.
@@ -102,5 +121,15 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads, stages) -> tuple[
     speeds = {"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
               "speedup": rate["loop"] / rate["plain"] if rate["plain"] > 0 else None}
     if speeds["speedup"] is None:  # strict JSON: null with its reason (docs/cli.md)
-        speeds["null_reasons"] = {"speedup": "plain decoding ran at 0 tokens/s (no token after the first to time)"}
+        speeds["null_reasons"] = {"speedup": _untimed(args.max_new_tokens)}
     return speeds, doc["tokens"]["plain"][0]
+
+
+def _untimed(max_new_tokens: int) -> str:
+    """Why plain decoding ran at 0 tokens/s, with the way out: a rate counts the tokens after the first (the
+    prefill's), and there were none - too few asked for, or a stop token right after the first."""
+    if max_new_tokens < 2:
+        return (f"plain decoding ran at 0 tokens/s: --max-new-tokens {max_new_tokens} leaves no token after the first "
+                f"to time; give --max-new-tokens 2 or more")
+    return ("plain decoding ran at 0 tokens/s: it stopped at a stop token right after the first, leaving none to time; "
+            "give a prompt the model continues")

@@ -22,8 +22,7 @@ def verdict(check: dict | None, plan, regime: Regime, tokens_per_round: float) -
     ran = "ran at" if basis == "measured" else "is predicted to run at"
     if speedup is None:
         outcome = "unknown"
-        lines = ["whether speculation pays here was not measured (give --check at temperature 0, or leave --k or "
-                 "--threads open so the loop measures its configuration)"]
+        lines = [_not_measured(check)]
     elif speedup > 1 + EVEN_BAND:
         outcome = "paid"
         lines = [f"speculation paid here: the loop {ran} {speedup:.2f}x plain decoding at its fastest."]
@@ -49,6 +48,15 @@ def verdict(check: dict | None, plan, regime: Regime, tokens_per_round: float) -
         lines.append(f"Where the weights stream from memory, a verify row rides along with the one read of them and a "
                      f"draft pays; this shows that regime on this machine: {MEMORY_BOUND_COMMAND}")
     return {"outcome": outcome, "speedup": speedup, "basis": basis, "in_cache": regime.in_cache, "lines": lines}
+
+
+def _not_measured(check: dict | None) -> str:
+    # with --check run, the way out is the check's own reason (e.g. one token: nothing to time), not "give --check"
+    untimed = ((check or {}).get("null_reasons") or {}).get("speedup")
+    if untimed is not None:
+        return f"whether speculation pays here was not measured: {untimed}"
+    return ("whether speculation pays here was not measured (give --check at temperature 0, or leave --k or "
+            "--threads open so the loop measures its configuration)")
 
 
 def print_loop(res, check, prov, loaded, args, plan, verdict_: dict, prompt: list[int]) -> None:

@@ -23,11 +23,14 @@ DEFAULT_IDS = [1, 2, 3, 4]
 
 
 def cache_dir() -> Path:
+    """Absolute: a relative ONEBIT_CACHE_DIR is taken from the folder the command starts in (said once, in
+    full, wherever the folder is named); a relative XDG_CACHE_HOME is ignored, as the XDG base-directory
+    specification asks (it made a ./onebit folder wherever a command ran)."""
     env = os.environ.get("ONEBIT_CACHE_DIR")
     if env:
-        return Path(env)
+        return Path(env).absolute()
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "onebit"
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "onebit"
 
 
 TRAINED_SOURCE = "built-in trained pair"
@@ -124,9 +127,6 @@ def paths(args, *, need_draft: bool) -> tuple[Path, Path | None, str, Path | Non
     """(target folder, draft folder or None, description, tokenizer file or None) the flags name; a folder
     given in the other role (a draft as --model, a target as --draft) is refused, saying which it is."""
     model, draft = getattr(args, "model", None), getattr(args, "draft", None)
-    for flag, v in (("--model", model), ("--draft", draft)):
-        if v is not None and not str(v).strip():
-            raise ConfigError(f"{flag} is empty; give a checkpoint folder, or leave {flag} out for the built-in pair")
     if not model:
         if draft:
             raise ConfigError(f"--draft {draft} was given without --model; a draft only fits the target it was "
@@ -280,13 +280,16 @@ def prompt_set(args, loaded: Loaded) -> list[list[int]]:
         if path.is_dir():
             raise ConfigError(f"prompt file {str(path)!r} is a folder; give a JSON file holding a list of prompts")
         if not path.is_file():
-            raise ConfigError(f"prompt file {str(path)!r} does not exist; give a JSON list of strings or of token-id lists")
+            what = "is not a regular file (a FIFO or a device)" if path.exists() else "does not exist"
+            raise ConfigError(f"prompt file {str(path)!r} {what}; give a JSON list of strings or of token-id lists")
         items = read_json(path, "prompt file", error=ConfigError,
                           redo="give a JSON list of strings or of token-id lists")
+        held = type(items).__name__
         if isinstance(items, dict):
+            held = "an object without a list under 'prompts'" if not isinstance(items.get("prompts"), list) else held
             items = items.get("prompts")
         if not isinstance(items, list):
-            raise ConfigError(f"prompt file {str(path)!r} holds {type(items).__name__}, not a list of prompts; give a JSON "
+            raise ConfigError(f"prompt file {str(path)!r} holds {held}, not a list of prompts; give a JSON "
                               f"list of strings or token-id lists (or an object with such a list under 'prompts')")
         out = [_item(x, loaded, f"prompt file {str(path)!r}, prompt {i}") for i, x in enumerate(items)]
         if not out:

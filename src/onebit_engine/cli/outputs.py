@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 
 from ..atomic import check_replaceable, probe_writable
-from ..errors import OutputError
+from ..errors import ConfigError, OutputError
 
 # metadata keys of the safetensors files this engine itself writes (probe stage files, quantized weights)
 OWN_KEYS = ("onebit.stage", "onebit.quant")
@@ -35,6 +35,26 @@ def input_paths(args) -> list[tuple[str, Path]]:
     for v in getattr(args, "compare", None) or ():
         out.append(("--compare", Path(v)))
     return out
+
+
+PATH_FLAGS = ("model", "draft", "capture", "drafts", "prompts", "out", "cache")
+DEFAULTS = {"--model": "the built-in pair", "--draft": "the built-in pair", "--prompts": "the built-in prompt set",
+            "--cache": "the onebit cache folder"}
+
+
+def check_paths(args) -> None:
+    """Refuse a path given as an empty (or blank) string. Why: ``Path("")`` is the current folder, so ``''`` read or
+    wrote ``.`` - ``quantize --out ''`` blamed '.', ``inspect ''`` said '. has no config.json' and ``quantize
+    --model ''`` quantized the built-in target as if no --model had been given."""
+    named = [(f"--{f}", getattr(args, f, None)) for f in PATH_FLAGS]
+    named += [("--compare", v) for v in getattr(args, "compare", None) or ()]
+    if args.command == "inspect":
+        named.append(("PATH", args.path))
+    for flag, v in named:
+        if v is not None and not str(v).strip():
+            msg = f"{flag} {str(v)!r} is a blank path (an empty one names the current folder); give a file or folder path" + (
+                f", or leave {flag} out for {DEFAULTS[flag]}" if flag in DEFAULTS else "")
+            raise (OutputError if flag == "--out" else ConfigError)(msg)
 
 
 def check_output(args, *, builtin_inputs: "list[Path] | None" = None) -> None:

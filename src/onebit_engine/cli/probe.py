@@ -54,7 +54,8 @@ def cmd_score(args) -> int:
     probe.check_round_cost(args.round_cost)
     cap = probe.load_capture(args.capture)
     ds = probe.load_draft_stage(args.drafts)
-    res = probe.score(cap, ds, args.k, round_cost=args.round_cost)
+    ks = list(dict.fromkeys(args.k)) if args.k else args.k  # each k once: `--k 2 2` is one row
+    res = probe.score(cap, ds, ks, round_cost=args.round_cost)
     if args.json:
         ui.print_json(dict(res, command="probe score"))
         return 0

@@ -6,16 +6,17 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from ..atomic import probe_writable, temporary_of
-from ..errors import CheckpointError, ConfigError, MissingExtra, WeightError
+from ..errors import CheckpointError, ConfigError, MissingExtra, OutputError, WeightError
 from ..measure import resources
 from ..synth import get_shape
-from ..synth.folder import MARKER, marker, plan, synthesize
+from ..synth.folder import MARKER, marker, plan, synthesize, target_config_json
 from . import models, ui
 
 SCHEMA = "onebit.scale_bench/1"
@@ -28,13 +29,15 @@ def _needs(shape, fmt: str, extra: int = 0) -> tuple[int, int]:
     return resources.serve_bytes(p.target_bytes, p.draft_bytes, extra), p.disk_bytes
 
 
-def _check_memory(shape, fmt: str, what: str, extra: int = 0) -> None:
+def _check_memory(shape, fmt: str, what: str, extra: int = 0, anyway: str = "") -> None:
+    """``anyway``: the flag that writes the pair regardless (synth's), named as a way out."""
     need, _ = _needs(shape, fmt, extra)
     have = resources.available_memory()
     if have is not None and need > have:
+        smaller = "--format ternary or a smaller shape" if fmt != "ternary" else "a smaller shape"  # ternary is the least
         raise ConfigError(f"{what} {shape.name} in {fmt} needs about {resources.gib(need)} of memory (its weights on "
                           f"host-int and the working set), this machine has {resources.gib(have)} "
-                          f"available; use a smaller --format (ternary) or shape, or a machine with more memory")
+                          f"available; use {smaller}, or a machine with more memory{anyway}")
 
 
 def _write(shape, fmt: str, out: Path, seed: int, args) -> None:
@@ -54,8 +57,8 @@ def cmd_synth(args) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} exists and is not an empty folder; give a new folder (synth writes target/ and draft/ in it)")
     if args.format != "bf16" and not args.allow_unservable:
-        _check_memory(shape, args.format, "serving")
-    _write(shape, args.format, out, args.seed, args)
+        _check_memory(shape, args.format, "serving", anyway=", or give --allow-unservable to write it anyway")
+    _write_whole(shape, args.format, out, args.seed, args)
     need, disk = _needs(shape, args.format)
     info = {"command": "synth", **marker(shape, args.format, args.seed), "out": str(out), "target": str(out / "target"),
             "draft": str(out / "draft"), "disk_bytes": disk, "serve_bytes": need if args.format != "bf16" else None}
@@ -65,6 +68,29 @@ def cmd_synth(args) -> int:
     print(f"wrote {shape.name} ({args.format}, seed {args.seed}): target {out / 'target'}, draft {out / 'draft'}; "
           f"{resources.gib(disk)} on disk; serve it with --model {out / 'target'} --draft {out / 'draft'}")
     return 0
+
+
+def _write_whole(shape, fmt: str, out: Path, seed: int, args) -> None:
+    """``_write`` into --out (new or empty), or nothing: a write that fails after the target left a half pair
+    that a rerun refused as not empty (the error itself goes on, unchanged)."""
+    new = not out.exists()
+    try:
+        _write(shape, fmt, out, seed, args)
+    except BaseException:
+        _remove_written(out, new)
+        raise
+
+
+def _remove_written(out: Path, new: bool) -> None:
+    if new:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for name in ("target", "draft", MARKER):  # out was an empty folder: only what synth put in it
+        p = out / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists():
+            p.unlink()
 
 
 # what synthesize and atomic_folder leave in a pair's folder: a folder holding anything else is not ours to delete
@@ -101,22 +127,28 @@ def cached_pair(shape, fmt: str, seed: int, cache: Path, args, where: str = "--c
     if cache.exists() and not cache.is_dir():
         raise ConfigError(f"{where} is a file, not a folder; give --cache DIR, a folder for the synthesized pairs")
     folder = cache / f"{shape.name}-{fmt}-s{seed}"
-    mark = folder / MARKER
-    want = marker(shape, fmt, seed)
-    if _marked(mark, want):
+    if _whole(folder, shape, fmt, seed):
         return folder, True
     _writable_folder(cache, where)
     with _pair_lock(cache / f".{folder.name}.lock", folder, args):
-        if _marked(mark, want):  # another bench wrote it while this one waited
+        if _whole(folder, shape, fmt, seed):  # another bench wrote it while this one waited
             return folder, True
         _replace(shape, fmt, seed, folder, args)
     return folder, False
 
 
+def _whole(folder: Path, shape, fmt: str, seed: int) -> bool:
+    """The pair synth wrote for (shape, format, seed): its marker, and the configs it writes for that shape (the
+    marker alone let another shape's folders, moved in beside it, be measured under this shape's name)."""
+    return (_marked(folder / MARKER, marker(shape, fmt, seed))
+            and _marked(folder / "target" / "config.json", target_config_json(shape))
+            and _marked(folder / "draft" / "config.json", shape.draft_config_json()))
+
+
 def _marked(mark: Path, want: dict) -> bool:
-    """The pair's marker is there and names this shape, format and seed (written last: the pair is whole)."""
+    """The JSON file is there and holds ``want`` (the marker, written last: the pair is whole; or a config)."""
     try:
-        return mark.is_file() and json.loads(mark.read_text()) == want
+        return mark.is_file() and json.loads(mark.read_text()) == json.loads(json.dumps(want))  # tuples as lists
     except (ValueError, OSError):
         return False
 
@@ -130,7 +162,7 @@ def _pair_lock(path: Path, folder: Path, args):
     except ImportError:
         yield
         return
-    with open(path, "a") as fh:
+    with _open_lock(path) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -140,6 +172,21 @@ def _pair_lock(path: Path, folder: Path, args):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _open_lock(path: Path):
+    """The lock file, opened without blocking (a FIFO there would wait for a reader forever) and only when it is a
+    regular file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666)
+    except OSError as e:
+        raise ConfigError(f"{path}, the lock of a synthesized pair, cannot be opened ({e.strerror}): it is not a regular "
+                          f"file; remove it, or give another --cache DIR") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}, the lock of a synthesized pair, is not a regular file; remove it, or give another "
+                          f"--cache DIR")
+    return os.fdopen(fd, "a")
 
 
 def _replace(shape, fmt: str, seed: int, folder: Path, args) -> None:
@@ -162,6 +209,7 @@ def cmd_scale_bench(args) -> int:
     from ..measure.regime import lazy_logits
     from ..measure.scale_bench import STREAM_BYTES, run_scale_bench, timestamp
     from ..version import __version__
+    from .bench import check_stages
 
     shape = get_shape(args.shape)
     fmt = args.format or "int4"
@@ -169,6 +217,7 @@ def cmd_scale_bench(args) -> int:
     k = block - 1 if args.k is None else args.k
     if not 1 <= k <= block - 1:
         raise ConfigError(f"--k {k} is out of range for {shape.name}'s draft: it must be 1..{block - 1} (block {block} minus the anchor)")
+    check_stages(args.verify_stages, k)
     models.check_length(args.max_new_tokens, [[0] * PROMPT_TOKENS], shape.target.max_position_embeddings, least=k + 2,
                         why=f" (the first token comes from the prefill; a full round of k={k} drafts needs {k + 1} more)")
     prof = profile(args.acceptance, k, published_tau=shape.published_tau, block=block)
@@ -218,8 +267,12 @@ def cmd_scale_bench(args) -> int:
     }
     if args.out:
         from ..atomic import atomic_write_text
+        from .bench import unwritten
 
-        atomic_write_text(args.out, ui.dumps(doc))
+        try:
+            atomic_write_text(args.out, ui.dumps(doc))
+        except OutputError as e:  # minutes of measuring are not lost: the result goes to stdout, the error to stderr
+            return unwritten(doc, e, args)
     if args.json:
         ui.print_json(doc)
         return 0

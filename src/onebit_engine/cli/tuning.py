@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import time
 from dataclasses import dataclass, field
 
@@ -19,6 +21,9 @@ from . import models
 
 K_CANDIDATES = (1, 2, 3, 4, 5, 7, 9, 11, 15)
 CALIBRATION_TOKENS = 32
+MAX_CHOICE_BYTES = 1 << 20  # a kept choice is a few KiB; anything larger is not one
+WHEN = "%Y-%m-%d %H:%M UTC"  # a kept choice's measured_at, as plan() writes it
+WHEN_WRITTEN = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")
 
 
 @dataclass(frozen=True)
@@ -56,15 +61,32 @@ class Plan:
 def candidates(args, loaded) -> tuple[list[int], list[int]]:
     """(k values, thread counts) the choice is made among: what the flags leave open."""
     top = loaded.draft.config.block_size - 1
-    ks = [models.check_k(args.k, loaded.draft)] if args.k else sorted({k for k in K_CANDIDATES if k <= top} | {top})
+    # --verify-stages S: only the k whose verify has S rows (k+1 >= S), or S would be clamped to one pass unsaid
+    least = args.verify_stages - 1 if isinstance(getattr(args, "verify_stages", None), int) else 1
+    ks = [models.check_k(args.k, loaded.draft)] if args.k else sorted({k for k in K_CANDIDATES if least <= k <= top} | {top})
     counts = [args.threads] if args.threads else ([1, 2] if (os.cpu_count() or 1) >= 2 else [1])
     return ks, counts
 
 
-def _profile_source(loaded, top: int) -> str:
+def calibration_tokens(loaded, prompt) -> int:
+    """The calibration run's length: CALIBRATION_TOKENS, or what the context leaves after the prompt (the run's
+    own check: prompt + n - 1 positions). A prompt near the context's end was refused, blaming a
+    max_new_tokens=32 the user never gave."""
+    return max(1, min(CALIBRATION_TOKENS, loaded.target.config.max_position_embeddings - len(prompt) + 1))
+
+
+def measuring_prompt(loaded, prompt, ks) -> list[int]:
+    """The prompt the costs are measured after, cut so that a round of the largest k fits the context behind
+    it (a verify of k+1 rows): a prompt near the context's end is the loop's to run, not the measurement's
+    to refuse."""
+    room = loaded.target.config.max_position_embeddings - max(ks) - 1
+    return list(prompt[:max(1, room)])
+
+
+def _profile_source(loaded, top: int, prompt) -> str:
     if loaded.builtin_trained:
         return "the shipped pair's acceptance on its held-out prompts"
-    return f"the acceptance of a {CALIBRATION_TOKENS}-token calibration run of this prompt at k={top}"
+    return f"the acceptance of a {calibration_tokens(loaded, prompt)}-token calibration run of this prompt at k={top}"
 
 
 def key_for(loaded, ks, counts, source: str) -> tune.TuneKey:
@@ -79,6 +101,31 @@ def key_for(loaded, ks, counts, source: str) -> tune.TuneKey:
         ks=tuple(ks), threads=tuple(counts), profile=source)
 
 
+def _kept(store, key: tune.TuneKey) -> dict | None:
+    """The choice kept for ``key``, read only from a regular file of a kept choice's size: a FIFO in its place
+    blocked the run for good, a link to /dev/zero read until memory ran out. Else None: measure again."""
+    try:
+        st = os.stat(tune.choice_path(store, key))
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CHOICE_BYTES:
+        return None
+    choice = tune.load_choice(store, key)
+    return choice if choice is not None and _as_written(choice, key) else None
+
+
+def _as_written(choice: dict, key: tune.TuneKey) -> bool:
+    """Whether the parts plan() writes read as it writes them: an edited file's "measured at" of several lines
+    reached stdout and the one-line status, and its table of rows no run measured was shown as measured."""
+    rows = {_row(t, k) for t in key.threads for k in key.ks}
+    table = choice.get("table") or {}
+    return WHEN_WRITTEN.fullmatch(choice["measured_at"]) is not None and set(table) <= rows
+
+
+def _row(threads: int, k: int) -> str:
+    return f"threads={threads} k={k}"
+
+
 def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: bool = False, status=None) -> Plan:
     """The k and threads of the run. ``store``: the folder kept choices live in (None: keep none)."""
     from ..loop.speculative import speculative_generate
@@ -88,9 +135,9 @@ def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: boo
     if len(ks) == 1 and len(counts) == 1:
         return Plan(ks[0], counts[0], counts[0], **common)
     top = loaded.draft.config.block_size - 1
-    source = _profile_source(loaded, top)
+    source = _profile_source(loaded, top, prompt)
     key = key_for(loaded, ks, counts, source) if store is not None else None
-    kept = tune.load_choice(store, key) if key is not None and not retune else None
+    kept = _kept(store, key) if key is not None and not retune else None
     if kept is not None:
         if status:
             status.say(f"reusing the k and threads measured here at {kept['measured_at']} (--retune measures again)")
@@ -105,13 +152,14 @@ def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: boo
             profile = default_model.acceptance_profile(common["backend"])
         else:
             threads.set(counts[0])
-            cal = speculative_generate(loaded.target, loaded.draft, prompt, max_new_tokens=CALIBRATION_TOKENS, k=top)
+            cal = speculative_generate(loaded.target, loaded.draft, prompt, max_new_tokens=calibration_tokens(loaded, prompt),
+                                       k=top)
             profile = cal.acceptance_by_position()
-        costs = tune.measure(loaded.target, loaded.draft, prompt, ks=ks, threads=counts, set_threads=threads.set,
-                             acceptance=profile, plain_target=plain_target)
+        costs = tune.measure(loaded.target, loaded.draft, measuring_prompt(loaded, prompt, ks), ks=ks, threads=counts,
+                             set_threads=threads.set, acceptance=profile, plain_target=plain_target)
         plain, spec = tune.choose(costs, profile)
-    table = {f"threads={t} k={k}": round(ms, 4) for (t, k), ms in spec.table.items()}
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    table = {_row(t, k): round(ms, 4) for (t, k), ms in spec.table.items()}
+    when = time.strftime(WHEN, time.gmtime())
     chosen = Plan(spec.k, spec.threads, plain.threads, measured=True, measured_at=when, profile_source=source,
                   predicted_speedup=plain.ms_per_token / spec.ms_per_token, table=table, **common)
     if status:

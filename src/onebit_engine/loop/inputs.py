@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from typing import Sequence
 
@@ -16,17 +17,19 @@ def check_run(target, prompt: Sequence[int], *, max_new_tokens: int, temperature
     max_new_tokens = _integer(max_new_tokens, "max_new_tokens")
     if max_new_tokens < 0:
         raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    # a number, not text float() would read ("0.5" passed here, then failed in the sampler with a TypeError)
     try:
-        t = float(temperature)
-    except (TypeError, ValueError):
-        t = float("nan")
+        t = float(temperature) if isinstance(temperature, numbers.Real) else float("nan")
+    except OverflowError:  # an int past float's range
+        t = float("inf")
     if isinstance(temperature, bool) or not math.isfinite(t) or t < 0:
         raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     if (why := temperature_floor_problem(t)) is not None:
         raise ConfigError(f"temperature {why}")
     if seed is not None and _integer(seed, "seed") < 0:
         raise ConfigError(f"seed must be None or an integer >= 0 (numpy's rule), got {seed!r}")
-    prompt = [int(t) for t in prompt]
+    # integers only: int() made 1.7 token 1 and "3" token 3 without a word
+    prompt = [_integer(t, f"prompt token {i}") for i, t in enumerate(prompt)]
     if not prompt:
         raise ConfigError("prompt is empty; give at least one token")
     limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)

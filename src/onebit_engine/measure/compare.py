@@ -14,6 +14,7 @@ differences listed. Comparing two builds is what ``onebit bench`` in each build,
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from ..errors import OnebitError
@@ -42,8 +43,12 @@ class ResultError(OnebitError, ValueError):
     """A benchmark result file is not a well-formed ``onebit bench --json`` result."""
 
 
+_FLOAT_MAX = int(sys.float_info.max)
+
+
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A JSON number a ratio can use: an integer past a float's range is not (its division overflowed)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, float) or abs(v) <= _FLOAT_MAX)
 
 
 def _non_finite(doc: Any) -> str | None:

@@ -206,22 +206,26 @@ def _write_bf16_shards(folder: Path, tensors: dict[str, tuple[int, ...]], seed: 
 def synthesize(shape: Shape, fmt: str, out: "str | Path", *, seed: int = 0, tick: Callable[[int], None] = lambda n: None) -> Path:
     """Write ``out/target`` and ``out/draft`` (each atomically: a failed write leaves neither half) and
     ``out/synth.json`` (what was written, for a cache to check). ``tick(n)`` reports bytes written."""
-    from ..hybrid.synthetic import hf_config_dict  # the target's config.json, as the tests' checkpoints write it
-
     if fmt not in FORMATS + FLOAT_FORMATS:
         from ..errors import ConfigError
 
         raise ConfigError(f"format {fmt!r} is not one of {FORMATS + FLOAT_FORMATS}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tconf = {**hf_config_dict(shape.target), "dtype": "bfloat16"}
     with atomic_folder(out / "target") as tmp:
-        write_part(tmp, tconf, shape.target_tensors(), fmt, seed, tick)  # grouped names for qwen3_next
+        write_part(tmp, target_config_json(shape), shape.target_tensors(), fmt, seed, tick)  # grouped names for qwen3_next
     with atomic_folder(out / "draft") as tmp:
         write_part(tmp, shape.draft_config_json(), shape.draft_tensors(), fmt, seed + 1, tick)
     # last and atomic: a marker on disk means both folders are whole and synced (a cache reuses what it names)
     atomic_write_text(out / MARKER, json.dumps(marker(shape, fmt, seed), indent=2))
     return out
+
+
+def target_config_json(shape: Shape) -> dict:
+    """The target's config.json, as the tests' checkpoints write it."""
+    from ..hybrid.synthetic import hf_config_dict
+
+    return {**hf_config_dict(shape.target), "dtype": "bfloat16"}
 
 
 def marker(shape: Shape, fmt: str, seed: int) -> dict:
