@@ -8,7 +8,7 @@ from ..atomic import atomic_write_text
 from ..checkpoint.jsonfile import read_json
 from ..errors import ConfigError, OutputError
 from ..measure import bench_runner
-from . import models, prepare, ui
+from . import models, outputs, prepare, ui
 from .status import COMPILING, Status
 
 SCALE_SCHEMA = "onebit.scale_bench/1"  # scale.SCHEMA (a test pins them equal; importing scale loads the synth tables)
@@ -41,13 +41,6 @@ def _refuse_unread(args) -> None:
                               f"and would be ignored here: add --shape NAME, or drop {'it' if len(scale) == 1 else 'them'}")
 
 
-def check_stages(stages, k: int) -> None:
-    """A first pass of more than k+1 rows is one pass: refused, not clamped without a word."""
-    if isinstance(stages, int) and stages > k + 1:
-        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of k={k} drafts has (k+1 = {k + 1}); "
-                          f"give 1..{k + 1} ({k + 1}: one pass, as 'one'), 'one' or 'auto'")
-
-
 def cmd_bench(args) -> int:
     _refuse_unread(args)
     if args.compare:
@@ -77,7 +70,7 @@ def cmd_bench(args) -> int:
         loaded = models.load(args, need_draft=True)
         one_row = models.load(args, need_draft=False, row_set=1, backend=args.target_backend or args.backend).target
         k = models.check_k(args.k, loaded.draft, loaded.default_k)
-        check_stages(args.verify_stages, k)
+        models.check_stages(args.verify_stages, k)
         bench_runner.check_room(args.max_new_tokens, k)
         prompts = models.prompt_set(args, loaded)
         models.check_length(args.max_new_tokens, prompts, loaded.target.config.max_position_embeddings, least=3,
@@ -99,7 +92,7 @@ def cmd_bench(args) -> int:
         try:
             atomic_write_text(args.out, ui.dumps(doc))
         except OutputError as e:  # the measurement is not lost: it goes to stdout, the error to stderr
-            return unwritten(doc, e, args)
+            return outputs.unwritten(doc, e, args)
     if args.json:
         ui.print_json(doc)
         return 0
@@ -126,16 +119,6 @@ def cmd_bench(args) -> int:
     if args.out:
         print(f"wrote {args.out}")
     return 0
-
-
-def unwritten(doc: dict, err: OutputError, args) -> int:
-    msg = f"{err}; the result is printed on stdout instead"
-    if args.json:
-        ui.print_json(dict(doc, error=msg, exit_code=2))
-    else:
-        print(ui.dumps(doc), end="")
-    ui.error(msg)
-    return 2
 
 
 def _read(path: str) -> dict:

@@ -20,19 +20,6 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def check_stages(stages, k: int | None, block: int | None) -> None:
-    """A first pass of more than k+1 rows is one pass: refused, not clamped without a word. With k open, the
-    choice is made among the k whose verify has that many rows (``tuning.candidates``)."""
-    if not isinstance(stages, int):
-        return
-    if k is not None and stages > k + 1:
-        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of k={k} drafts has (k+1 = {k + 1}); "
-                          f"give 1..{k + 1} ({k + 1}: one pass, as 'one'), 'one' or 'auto'")
-    if k is None and stages > block:
-        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of this draft has (k+1 = {block} at "
-                          f"the largest k, its block size {block} minus the anchor); give 1..{block}, 'one' or 'auto'")
-
-
 def cmd_loop(args) -> int:
     from ..loop.generate import generate
     from ..loop.speculative import speculative_generate
@@ -50,7 +37,7 @@ def cmd_loop(args) -> int:
         block = models.draft_block(args)
         if args.k is not None:
             models.check_k(args.k, block)
-        check_stages(args.verify_stages, args.k, block)
+        models.check_stages(args.verify_stages, args.k, block)
     status = Status(args)
     loaded, prompt = prepare.prepare(args, status, need_draft=True)
     # Plain decoding at its fastest: one row, no padding. A backend that pads needs a row set 1 target.

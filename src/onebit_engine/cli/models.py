@@ -174,6 +174,20 @@ def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | N
                   load_tokenizer(tok_path or tpath / "tokenizer.json"), source)
 
 
+def check_stages(stages, k: int | None, block: int | None = None) -> None:
+    """--verify-stages S: a first pass of more than k+1 rows would be one pass, so it is refused, not clamped
+    without a word. With k open (None), the bound is the draft's largest verify, ``block`` rows (the loop
+    then chooses among the k with k+1 >= S: ``tuning.candidates``)."""
+    if not isinstance(stages, int):
+        return
+    if k is not None and stages > k + 1:
+        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of k={k} drafts has (k+1 = {k + 1}); "
+                          f"give 1..{k + 1} ({k + 1}: one pass, as 'one'), 'one' or 'auto'")
+    if k is None and block is not None and stages > block:
+        raise ConfigError(f"--verify-stages {stages} is more rows than a verify of this draft has (k+1 = {block} at "
+                          f"the largest k, its block size {block} minus the anchor); give 1..{block}, 'one' or 'auto'")
+
+
 def check_k(k: int | None, draft, default: int | None = None) -> int:
     """k defaults to ``default`` (else block - 1); anything outside 1..block-1 is refused with the range.
     ``draft``: a loaded draft, or its block size."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..atomic import check_replaceable, probe_writable
 from ..errors import ConfigError, OutputError
+from . import ui
 
 # metadata keys of the safetensors files this engine itself writes (probe stage files, quantized weights)
 OWN_KEYS = ("onebit.stage", "onebit.quant")
@@ -149,3 +150,15 @@ def _safetensors_metadata(path: Path) -> dict | None:
         return None
     meta = header.get("__metadata__") or {}
     return meta if isinstance(meta, dict) else {}
+
+
+def unwritten(doc: dict, err: OutputError, args) -> int:
+    """A measurement whose --out could not be written is not lost: the result goes to stdout, the error to stderr
+    (exit 2)."""
+    msg = f"{err}; the result is printed on stdout instead"
+    if args.json:
+        ui.print_json(dict(doc, error=msg, exit_code=2))
+    else:
+        print(ui.dumps(doc), end="")
+    ui.error(msg)
+    return 2

@@ -209,7 +209,6 @@ def cmd_scale_bench(args) -> int:
     from ..measure.regime import lazy_logits
     from ..measure.scale_bench import STREAM_BYTES, run_scale_bench, timestamp
     from ..version import __version__
-    from .bench import check_stages
 
     shape = get_shape(args.shape)
     fmt = args.format or "int4"
@@ -217,7 +216,7 @@ def cmd_scale_bench(args) -> int:
     k = block - 1 if args.k is None else args.k
     if not 1 <= k <= block - 1:
         raise ConfigError(f"--k {k} is out of range for {shape.name}'s draft: it must be 1..{block - 1} (block {block} minus the anchor)")
-    check_stages(args.verify_stages, k)
+    models.check_stages(args.verify_stages, k)
     models.check_length(args.max_new_tokens, [[0] * PROMPT_TOKENS], shape.target.max_position_embeddings, least=k + 2,
                         why=f" (the first token comes from the prefill; a full round of k={k} drafts needs {k + 1} more)")
     prof = profile(args.acceptance, k, published_tau=shape.published_tau, block=block)
@@ -267,7 +266,7 @@ def cmd_scale_bench(args) -> int:
     }
     if args.out:
         from ..atomic import atomic_write_text
-        from .bench import unwritten
+        from .outputs import unwritten
 
         try:
             atomic_write_text(args.out, ui.dumps(doc))
