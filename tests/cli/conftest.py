@@ -67,3 +67,13 @@ def run_json(run):
         return json.loads(out)
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def stages(tmp_path_factory, pair):
+    """(capture, draft) stage files of ``pair`` (probe capture of 10 tokens, then probe draft); only read."""
+    d = tmp_path_factory.mktemp("stages")
+    m = ["--model", str(pair[0]), "--draft", str(pair[1])]
+    assert main(["probe", "capture", *m, "--prompt-ids", "1 2 3", "--max-new-tokens", "10", "--out", str(d / "cap.st")]) == 0
+    assert main(["probe", "draft", *m, "--capture", str(d / "cap.st"), "--out", str(d / "dr.st")]) == 0
+    return d / "cap.st", d / "dr.st"

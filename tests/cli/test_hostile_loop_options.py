@@ -60,17 +60,6 @@ def test_retune_with_k_and_threads_given_is_refused(run):
     assert code == 0 and json.loads(out)["configuration"]["measured"], err
 
 
-@pytest.fixture(scope="module")
-def stages(tmp_path_factory, pair):
-    from onebit_engine.cli import main
-
-    d = tmp_path_factory.mktemp("stages")
-    m = ["--model", str(pair[0]), "--draft", str(pair[1])]
-    assert main(["probe", "capture", *m, "--prompt-ids", "1 2 3", "--max-new-tokens", "6", "--out", str(d / "cap.st")]) == 0
-    assert main(["probe", "draft", *m, "--capture", str(d / "cap.st"), "--out", str(d / "dr.st")]) == 0
-    return d / "cap.st", d / "dr.st"
-
-
 def test_score_k_given_twice_scores_both_once(run, stages):
     # `--k 1 --k 2` scored k=2 alone (the first list silently dropped); `--k 2 2` printed k=2 twice
     code, out, err = run("probe", "score", "--capture", stages[0], "--drafts", stages[1], "--k", 1, "--k", 2, 2, "--json")

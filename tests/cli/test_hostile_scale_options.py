@@ -61,9 +61,6 @@ def test_compare_names_a_scale_result_and_a_folder_as_such(run, tmp_path):
     (tmp_path / "d").mkdir()
     code, _, err = run("bench", "--compare", tmp_path / "d", scale)
     _refused(code, err, "is not a file but a folder")
-    from onebit_engine.cli import bench, scale as scale_cli
-
-    assert bench.SCALE_SCHEMA == scale_cli.SCHEMA
 
 
 def test_bench_shape_refuses_more_verify_rows_than_a_round_has(run, tmp_path):

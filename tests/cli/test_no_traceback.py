@@ -76,15 +76,6 @@ def _check(argv, capsys, *, may_pass=False):
     assert len(lines) == 1 and lines[0].startswith("onebit: error: "), f"{argv}:\n{out.err}"
 
 
-@pytest.fixture(scope="module")
-def stages(tmp_path_factory, pair):
-    d = tmp_path_factory.mktemp("good-stages")
-    m = ["--model", str(pair[0]), "--draft", str(pair[1])]
-    assert main(["probe", "capture", *m, "--prompt-ids", "1 2 3", "--max-new-tokens", "6", "--out", str(d / "c.st")]) == 0
-    assert main(["probe", "draft", *m, "--capture", str(d / "c.st"), "--out", str(d / "d.st")]) == 0
-    return d / "c.st", d / "d.st"
-
-
 @pytest.mark.parametrize("kind", BROKEN_FOLDERS)
 @pytest.mark.parametrize("role", ["model", "draft"])
 @pytest.mark.parametrize("command", ["generate", "loop", "probe-capture", "bench", "inspect", "quantize"])

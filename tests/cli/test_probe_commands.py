@@ -4,17 +4,6 @@ import pytest
 from onebit_engine.measure import acceptance_probe as probe
 
 
-@pytest.fixture(scope="module")
-def stages(tmp_path_factory, pair):
-    from onebit_engine.cli import main
-
-    d = tmp_path_factory.mktemp("stages")
-    m = ["--model", str(pair[0]), "--draft", str(pair[1])]
-    assert main(["probe", "capture", *m, "--prompt-ids", "1 2 3", "--max-new-tokens", "10", "--out", str(d / "cap.st")]) == 0
-    assert main(["probe", "draft", *m, "--capture", str(d / "cap.st"), "--out", str(d / "dr.st")]) == 0
-    return d / "cap.st", d / "dr.st"
-
-
 def test_builtin_capture_draft_score(run, tmp_path):
     cap, dr = tmp_path / "c.st", tmp_path / "d.st"
     assert run("probe", "capture", "--max-new-tokens", 6, "--out", cap)[0] == 0

@@ -16,17 +16,6 @@ from onebit_engine.measure import acceptance_probe as probe
 from onebit_engine.measure import stagefile
 
 
-@pytest.fixture(scope="module")
-def stages(tmp_path_factory, pair):
-    from onebit_engine.cli import main
-
-    d = tmp_path_factory.mktemp("stages2")
-    m = ["--model", str(pair[0]), "--draft", str(pair[1])]
-    assert main(["probe", "capture", *m, "--prompt-ids", "1 2 3", "--max-new-tokens", "8", "--out", str(d / "cap.st")]) == 0
-    assert main(["probe", "draft", *m, "--capture", str(d / "cap.st"), "--out", str(d / "dr.st")]) == 0
-    return d / "cap.st", d / "dr.st"
-
-
 def _parts(path, kind):
     head, tensors = stagefile.read(path, kind)
     return json.loads(json.dumps(head)), {k: np.array(v) for k, v in tensors.items()}
@@ -135,7 +124,7 @@ DRAFT_PAYLOAD = [
     ("draft_ms", -1, "finite number > 0"),
     ("draft_ms", _DEL, "payload.draft_ms is missing"),
     ("block_size", 1, "payload.block_size is 1, but it must be >= 2"),
-    ("block_size", 51, "tensor 'p0.proposals' is int64 [7, 3], but it must be int64 [N, 50]"),  # k=50 on 3 drafts
+    ("block_size", 51, "tensor 'p0.proposals' is int64 [9, 3], but it must be int64 [N, 50]"),  # k=50 on 3 drafts
     ("block_size", "4", "it must be an integer"),
     ("capture_sha256", 7, "64-character hex digest"),
     ("capture_sha256", _DEL, "payload.capture_sha256 is missing"),
@@ -214,8 +203,8 @@ def test_draft_stage_that_does_not_fit_its_capture(run, stages, tmp_path):
     head, tensors = _parts(stages[1], "draft")
     tensors["p0.proposals"] = tensors["p0.proposals"][:-2]
     bad = _write(tmp_path / "short.st", head, tensors)
-    _one_line(*run("probe", "score", "--capture", stages[0], "--drafts", bad), "proposals for prompt 0 are [5, 3]",
-              "need [7, 3]")
+    _one_line(*run("probe", "score", "--capture", stages[0], "--drafts", bad), "proposals for prompt 0 are [7, 3]",
+              "need [9, 3]")
 
 
 @pytest.mark.parametrize("key,value,needle", [
@@ -238,7 +227,7 @@ def test_directory_and_unreadable_paths(run, stages, tmp_path):
 def test_good_files_round_trip(stages):
     cap, ds = probe.load_capture(stages[0]), probe.load_draft_stage(stages[1])
     assert ds.capture_checksum == cap.checksum and cap.vocab_size == ds.vocab_size == 96
-    assert [len(t) for t in cap.tokens] == [8] and ds.proposals[0].shape == (7, 3)
+    assert [len(t) for t in cap.tokens] == [10] and ds.proposals[0].shape == (9, 3)
     assert cap.step_ms > 0 and ds.draft_ms > 0
 
 

@@ -7,12 +7,9 @@ from pathlib import Path
 from ..atomic import atomic_write_text
 from ..checkpoint.jsonfile import read_json
 from ..errors import ConfigError, OutputError
-from ..measure import bench_runner
+from ..measure import bench_runner, scale_bench
 from . import models, outputs, prepare, ui
 from .status import COMPILING, Status
-
-SCALE_SCHEMA = "onebit.scale_bench/1"  # scale.SCHEMA (a test pins them equal; importing scale loads the synth tables)
-
 
 # the flags each kind of bench reads: any other flag given would pass unread
 _COMPARE_FLAGS = ("--compare", "--allow-mismatch", "--json", "--quiet", "--verbose")
@@ -61,8 +58,6 @@ def cmd_bench(args) -> int:
         from .scale import cmd_scale_bench
 
         return cmd_scale_bench(args)
-    if args.format or args.acceptance != "0.8" or args.cache:  # a caller without argv (cmd_bench called directly)
-        raise ConfigError("--format, --acceptance and --cache belong to the scale benchmark: add --shape NAME")
     if args.k is not None:  # refused with this draft's range before anything loads
         models.check_k(args.k, models.draft_block(args))
     status = Status(args)
@@ -129,7 +124,7 @@ def _read(path: str) -> dict:
     if not p.is_file():
         raise ConfigError(f"benchmark result {path!r} does not exist or is not a file; write one with `onebit bench --out {path}`")
     doc = read_json(p, "benchmark result", error=ConfigError, redo=f"write it again with `onebit bench --out {path}`")
-    if isinstance(doc, dict) and doc.get("schema") == SCALE_SCHEMA:  # not a bench result to write again: another kind
+    if isinstance(doc, dict) and doc.get("schema") == scale_bench.SCHEMA:  # not a bench result to write again: another kind
         raise ConfigError(f"{path} is a scale benchmark result (`onebit bench --shape`), which --compare does not read; "
                           f"compare two `onebit bench --out` results of a model, or read the scale results side by side")
     return doc

@@ -40,8 +40,11 @@ def labelled(label: str, tokens: list[int], loaded) -> str:
 def untimed(res, max_new_tokens: int) -> str | None:
     """Why a run has no decode rate (None: it has one): the rate counts the tokens after the first (the
     prefill's), and 0 of them is no measurement of 0 tok/s."""
-    if len(res.tokens) > 1:
-        return None
+    return None if len(res.tokens) > 1 else no_rate(max_new_tokens)
+
+
+def no_rate(max_new_tokens: int) -> str:
+    """Why a run left no token after the first to time, with the way out."""
     if max_new_tokens < 2:
         return f"--max-new-tokens {max_new_tokens} leaves no token after the first to time; give --max-new-tokens 2 or more"
     return "the run stopped at a stop token right after the first, leaving none to time; give a prompt the model continues"

@@ -7,7 +7,7 @@ from ..measure import regime as regime_mod
 from ..measure import tune
 from ..measure.regime import lazy_logits
 from . import loop_report, models, prepare, tuning, ui
-from .decode import Counted, text
+from .decode import Counted, no_rate, text
 from .status import Status
 
 SPEED_REPEATS = 3
@@ -108,15 +108,5 @@ def _speeds(args, loaded, plain_target, prompt, plan, threads, stages) -> tuple[
     speeds = {"speed_runs": SPEED_REPEATS, "loop_tokens_per_s": rate["loop"], "plain_tokens_per_s": rate["plain"],
               "speedup": rate["loop"] / rate["plain"] if rate["plain"] > 0 else None}
     if speeds["speedup"] is None:  # strict JSON: null with its reason (docs/cli.md)
-        speeds["null_reasons"] = {"speedup": _untimed(args.max_new_tokens)}
+        speeds["null_reasons"] = {"speedup": f"plain decoding ran at 0 tokens/s: {no_rate(args.max_new_tokens)}"}
     return speeds, doc["tokens"]["plain"][0]
-
-
-def _untimed(max_new_tokens: int) -> str:
-    """Why plain decoding ran at 0 tokens/s, with the way out: a rate counts the tokens after the first (the
-    prefill's), and there were none - too few asked for, or a stop token right after the first."""
-    if max_new_tokens < 2:
-        return (f"plain decoding ran at 0 tokens/s: --max-new-tokens {max_new_tokens} leaves no token after the first "
-                f"to time; give --max-new-tokens 2 or more")
-    return ("plain decoding ran at 0 tokens/s: it stopped at a stop token right after the first, leaving none to time; "
-            "give a prompt the model continues")

@@ -19,7 +19,6 @@ from ..synth import get_shape
 from ..synth.folder import MARKER, marker, plan, synthesize, target_config_json
 from . import models, ui
 
-SCHEMA = "onebit.scale_bench/1"
 PROMPT_TOKENS = 16
 
 
@@ -70,6 +69,10 @@ def cmd_synth(args) -> int:
     return 0
 
 
+# what synthesize and atomic_folder leave in a pair's folder: a folder holding anything else is not ours to delete
+_OWN = ("target", "draft", MARKER)
+
+
 def _write_whole(shape, fmt: str, out: Path, seed: int, args) -> None:
     """``_write`` into --out (new or empty), or nothing: a write that fails after the target left a half pair
     that a rerun refused as not empty (the error itself goes on, unchanged)."""
@@ -85,16 +88,12 @@ def _remove_written(out: Path, new: bool) -> None:
     if new:
         shutil.rmtree(out, ignore_errors=True)
         return
-    for name in ("target", "draft", MARKER):  # out was an empty folder: only what synth put in it
+    for name in _OWN:  # out was an empty folder: only what synth put in it
         p = out / name
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         elif p.exists():
             p.unlink()
-
-
-# what synthesize and atomic_folder leave in a pair's folder: a folder holding anything else is not ours to delete
-_OWN = ("target", "draft", MARKER)
 
 
 def cache_root(args) -> tuple[Path, str]:
@@ -207,7 +206,7 @@ def cmd_scale_bench(args) -> int:
     from ..measure.oracle import profile
     from ..measure.provenance import git_revision, machine
     from ..measure.regime import lazy_logits
-    from ..measure.scale_bench import STREAM_BYTES, run_scale_bench, timestamp
+    from ..measure.scale_bench import SCHEMA, STREAM_BYTES, run_scale_bench, timestamp
     from ..version import __version__
 
     shape = get_shape(args.shape)

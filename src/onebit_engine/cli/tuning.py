@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import stat
 import time
 from dataclasses import dataclass, field
 
@@ -21,9 +19,6 @@ from . import models
 
 K_CANDIDATES = (1, 2, 3, 4, 5, 7, 9, 11, 15)
 CALIBRATION_TOKENS = 32
-MAX_CHOICE_BYTES = 1 << 20  # a kept choice is a few KiB; anything larger is not one
-WHEN = "%Y-%m-%d %H:%M UTC"  # a kept choice's measured_at, as plan() writes it
-WHEN_WRITTEN = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")
 
 
 @dataclass(frozen=True)
@@ -101,31 +96,6 @@ def key_for(loaded, ks, counts, source: str) -> tune.TuneKey:
         ks=tuple(ks), threads=tuple(counts), profile=source)
 
 
-def _kept(store, key: tune.TuneKey) -> dict | None:
-    """The choice kept for ``key``, read only from a regular file of a kept choice's size: a FIFO in its place
-    blocked the run for good, a link to /dev/zero read until memory ran out. Else None: measure again."""
-    try:
-        st = os.stat(tune.choice_path(store, key))
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CHOICE_BYTES:
-        return None
-    choice = tune.load_choice(store, key)
-    return choice if choice is not None and _as_written(choice, key) else None
-
-
-def _as_written(choice: dict, key: tune.TuneKey) -> bool:
-    """Whether the parts plan() writes read as it writes them: an edited file's "measured at" of several lines
-    reached stdout and the one-line status, and its table of rows no run measured was shown as measured."""
-    rows = {_row(t, k) for t in key.threads for k in key.ks}
-    table = choice.get("table") or {}
-    return WHEN_WRITTEN.fullmatch(choice["measured_at"]) is not None and set(table) <= rows
-
-
-def _row(threads: int, k: int) -> str:
-    return f"threads={threads} k={k}"
-
-
 def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: bool = False, status=None) -> Plan:
     """The k and threads of the run. ``store``: the folder kept choices live in (None: keep none)."""
     from ..loop.speculative import speculative_generate
@@ -137,7 +107,7 @@ def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: boo
     top = loaded.draft.config.block_size - 1
     source = _profile_source(loaded, top, prompt)
     key = key_for(loaded, ks, counts, source) if store is not None else None
-    kept = _kept(store, key) if key is not None and not retune else None
+    kept = tune.load_choice(store, key) if key is not None and not retune else None
     if kept is not None:
         if status:
             status.say(f"reusing the k and threads measured here at {kept['measured_at']} (--retune measures again)")
@@ -158,8 +128,8 @@ def plan(args, loaded, plain_target, prompt, threads, *, store=None, retune: boo
         costs = tune.measure(loaded.target, loaded.draft, measuring_prompt(loaded, prompt, ks), ks=ks, threads=counts,
                              set_threads=threads.set, acceptance=profile, plain_target=plain_target)
         plain, spec = tune.choose(costs, profile)
-    table = {_row(t, k): round(ms, 4) for (t, k), ms in spec.table.items()}
-    when = time.strftime(WHEN, time.gmtime())
+    table = {tune.row_name(t, k): round(ms, 4) for (t, k), ms in spec.table.items()}
+    when = time.strftime(tune.WHEN, time.gmtime())
     chosen = Plan(spec.k, spec.threads, plain.threads, measured=True, measured_at=when, profile_source=source,
                   predicted_speedup=plain.ms_per_token / spec.ms_per_token, table=table, **common)
     if status:

@@ -41,6 +41,7 @@ from .roofline import MacRate, active_sum, ceilings, draft_round, linear_macs, v
 from .walk import packed_bytes
 
 STREAM_BYTES = 1 << 30  # well past any last-level cache
+SCHEMA = "onebit.scale_bench/1"  # a scale benchmark result (cli.scale writes it, bench --compare refuses it)
 STREAM_READS = 5  # timed reads of the stream per repeat; the fastest counts
 
 

@@ -21,7 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
+import re
+import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -164,6 +167,16 @@ def cpu_identity(host: dict[str, Any]) -> str:
     return f"{host.get('arch')} {host.get('cpu')} flags:{flags} cpus:{host.get('usable_cpus')}"
 
 
+MAX_CHOICE_BYTES = 1 << 20  # a kept choice is a few KiB; anything larger is not one
+WHEN = "%Y-%m-%d %H:%M UTC"  # a kept choice's measured_at
+WHEN_WRITTEN = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")
+
+
+def row_name(threads: int, k: int) -> str:
+    """A kept choice's table key."""
+    return f"threads={threads} k={k}"
+
+
 def choice_path(folder: Path, key: TuneKey) -> Path:
     return Path(folder) / f"choice-{key.digest()}.json"
 
@@ -172,7 +185,10 @@ def load_choice(folder: Path, key: TuneKey) -> dict[str, Any] | None:
     """The choice kept for ``key``, or None: never measured, or a file that does not hold this key's
     choice (unreadable, another version, edited) - then the caller measures again and replaces it."""
     path = choice_path(folder, key)
-    try:
+    try:  # a regular file of a choice's size only: a FIFO there blocked the run, a link to /dev/zero read until memory ran out
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CHOICE_BYTES:
+            return None
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
@@ -185,10 +201,14 @@ def load_choice(folder: Path, key: TuneKey) -> dict[str, Any] | None:
         return None
     if choice["k"] not in key.ks or choice["threads"] not in key.threads or choice["plain_threads"] not in key.threads:
         return None
-    # an edited or damaged file must not be reported as a measurement (a NaN or negative speedup, a table of junk)
+    # an edited or damaged file must not be reported as a measurement: a NaN or negative speedup, a table of junk or
+    # of rows no run measured, a "measured at" of several lines (it reached stdout and the one-line status)
     table = choice.get("table", {})
+    rows = {row_name(t, k) for t in key.threads for k in key.ks}
     if not (math.isfinite(choice["predicted_speedup"]) and choice["predicted_speedup"] > 0) or not isinstance(table, dict) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in table.values()):
+        return None
+    if not set(table) <= rows or WHEN_WRITTEN.fullmatch(choice["measured_at"]) is None:
         return None
     return choice
 
