@@ -164,3 +164,15 @@ def test_a_broken_documented_line_fails(tmp_path, monkeypatch, capsys):
     (line,) = documented("```bash\nonebit generate --max-new-token 4\n```\n", "bad.md")
     assert main(list(line.argv)) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, helps", [
+    (["loop", "--bogus"], "onebit loop --help"),
+    (["probe", "score", "--capture", "c", "--drafts", "d", "--bogus"], "onebit probe score --help"),
+    (["bench", "--shape", "qwen3.6-27b", "--zz"], "onebit bench --help"),
+])
+def test_an_unknown_option_names_its_subcommands_help(argv, helps, capsys):
+    """The options a user can give are in the subcommand's help, not the top-level one (which lists commands)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unrecognized arguments" in err and f"(see `{helps}`)" in err, err

@@ -190,3 +190,9 @@ def test_compare_refuses_a_rate_past_any_float(run, tmp_path):
     code, out, err = run("bench", "--compare", path, path)
     _refused(code, err, "b.json", "results.tokens_per_s.speculative")
     assert out == ""
+
+
+def test_a_negative_zero_acceptance_reads_as_zero():
+    from onebit_engine.measure.oracle import profile
+
+    assert profile("-0.0", 7).name == "0 per token"

@@ -24,6 +24,23 @@ class _Parser(argparse.ArgumentParser):
         # old abbreviation means, and a typo would pass as a flag.
         super().__init__(*a, allow_abbrev=False, **kw)
 
+    def parse_args(self, args=None, namespace=None):
+        # argparse reports an option no subcommand knows from the top parser ("see `onebit --help`"); the
+        # help that lists the options the user can give is the subcommand's: name it
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self._innermost(ns).error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns
+
+    def _innermost(self, ns) -> "argparse.ArgumentParser":
+        """The parser of the deepest subcommand ``ns`` chose (onebit -> loop, onebit -> probe -> score)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(ns, action.dest, None) or "")
+                if isinstance(chosen, _Parser):
+                    return chosen._innermost(ns)
+        return self
+
     def error(self, message: str):  # one line, exit 2 (argparse's own code), with the way out
         line = f"{message} (see `{self.prog} --help`)"
         ui.error(line)
