@@ -66,7 +66,7 @@ def profile(spec: str, k: int, *, published_tau: "float | None" = None, block: "
     except ValueError:
         raise ConfigError(f"--acceptance {spec!r} is not a number in [0, 1], seed, pair or published") from None
     if not 0.0 <= a <= 1.0:
-        raise ConfigError(f"--acceptance {a} must lie in [0, 1] (the chance each draft token is kept)")
+        raise ConfigError(f"--acceptance {spec.strip()!r} must lie in [0, 1] (the chance each draft token is kept)")
     a += 0.0  # -0.0 -> 0.0: the label reads "0 per token"
     return Profile(f"{a:g} per token", (a,) * k)
 
