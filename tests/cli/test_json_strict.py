@@ -30,6 +30,8 @@ def _all_finite(obj, path="$"):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, pair):
+    """Stage files of a 2-token capture (not the session's 10-token ``stages``: probe score must find k >= 2
+    with nothing to score, a null with its reason), a quantized file, and room for outputs."""
     from onebit_engine.cli import main
 
     d = tmp_path_factory.mktemp("strict")

@@ -155,3 +155,13 @@ def test_k_with_no_anchor_to_score_is_null_with_a_reason(run, run_json, pair, tm
     assert s["acceptance_by_position"][1] is None and "acceptance_by_position[1]" in s["null_reasons"]
     code, out, err = run("probe", "score", "--capture", tmp_path / "c.st", "--drafts", tmp_path / "d.st")
     assert code == 0 and "nan" not in out.lower()
+
+
+def test_score_api_refuses_a_round_cost_whose_speedup_overflows(stages):
+    """The bound is the score's own, not only the command line's: 2 tokens over 5e-324 steps is inf."""
+    cap, ds = probe.load_capture(stages[0]), probe.load_draft_stage(stages[1])
+    from onebit_engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"5e-324 is below 1e-300"):
+        probe.score(cap, ds, [1], round_cost=5e-324)
+    assert probe.score(cap, ds, [1], round_cost=1e-300)["k"][0]["predicted_speedup"] < float("inf")

@@ -111,21 +111,7 @@ def _temperature(text: str) -> float:
 
 
 _temperature.__name__ = "number"
-_any_round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: give e.g. --round-cost 2.5")
-# Below this, a round's tokens (up to a block of 64) over its cost overflow to inf: the predicted speedup of
-# --round-cost 5e-324 was dropped as a figure "nothing was measured for".
-MIN_ROUND_COST = 1e-300
-
-
-def _round_cost(text: str) -> float:
-    v = _any_round_cost(text)
-    if v < MIN_ROUND_COST:
-        raise argparse.ArgumentTypeError(f"{v!r} is below {MIN_ROUND_COST:g}, where the predicted speedup (tokens a "
-                                         f"round over its cost) overflows; give e.g. --round-cost 2.5")
-    return v
-
-
-_round_cost.__name__ = "number"
+_round_cost = _float_in(0.0, strict=True, hint="a round's cost in plain steps: give e.g. --round-cost 2.5")
 
 
 # GEMM backends by name (gemm.registry's, plus auto); tests/cli pins this list to the registry's.

@@ -170,11 +170,20 @@ def accept_lengths(tokens: Sequence[int], proposals: np.ndarray) -> tuple[np.nda
     return lengths, known
 
 
+# Below this, a round's tokens (up to a block of 64) over its cost overflow to inf: the predicted speedup of a
+# round cost of 5e-324 was dropped as a figure "nothing was measured for".
+MIN_ROUND_COST = 1e-300
+
+
 def check_round_cost(round_cost: float | None) -> None:
-    """A round's cost in plain steps is a finite number > 0 (it verifies at least one row)."""
+    """A round's cost in plain steps is a finite number > 0 (it verifies at least one row), and not so small that
+    the predicted speedup overflows."""
     if round_cost is not None and not (isinstance(round_cost, (int, float)) and math.isfinite(round_cost) and round_cost > 0):
         raise ConfigError(f"--round-cost {round_cost!r} is not a round cost: a round's cost in plain steps must be a "
                           f"finite number > 0 (it runs the draft and a verify); give e.g. --round-cost 2.5")
+    if round_cost is not None and round_cost < MIN_ROUND_COST:
+        raise ConfigError(f"--round-cost {round_cost!r} is below {MIN_ROUND_COST:g}, where the predicted speedup (tokens a "
+                          f"round over its cost) overflows; give e.g. --round-cost 2.5")
 
 
 def score(cap: Capture, ds: DraftStage, ks: Sequence[int] | None = None, *, round_cost: float | None = None) -> dict[str, Any]:
