@@ -31,7 +31,8 @@ _UNTAGGED_STALE_S = 24 * 3600  # temps of versions before the pid tag: stale aft
 
 
 def check_replaceable(path: "str | Path", *, folder_ok: bool = False) -> None:
-    """Refuse a destination that is not a regular file (or, with ``folder_ok``, a folder) or a new path."""
+    """Refuse a destination that is not a regular file (or, with ``folder_ok``, a folder) or a new path. The message
+    asks for what the command writes: a file, or (``folder_ok``) a folder."""
     dest = Path(path)
     try:
         st = os.lstat(dest)
@@ -42,6 +43,9 @@ def check_replaceable(path: "str | Path", *, folder_ok: bool = False) -> None:
     mode = st.st_mode
     if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
         return
+    if folder_ok:  # the command writes a folder there: "not a regular file" would ask for the wrong thing
+        raise OutputError(f"output {str(dest)!r} is {_kind(mode)}, not a folder; refusing to replace it - give a new "
+                          f"folder path (or an empty folder)")
     raise OutputError(f"output {str(dest)!r} is {_kind(mode)}, not a regular file; refusing to replace it - "
                       f"give the path of a regular file (or a new one)")
 

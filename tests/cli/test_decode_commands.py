@@ -23,6 +23,25 @@ def test_generate_by_path_json_is_reproducible_when_sampled(run_json, pair):
     assert a["provenance"]["row_set"] == (16 if a["provenance"]["backend"] == "host-int" else 8)
 
 
+@pytest.mark.parametrize("command", ["generate", "loop"])
+def test_a_seed_at_temperature_0_is_said_to_change_nothing(run, pair, command):
+    """Greedy decoding draws nothing: --seed 7 at T = 0 gives the unseeded tokens and one warning line naming the
+    flag and the way out; without --seed, or when sampling, no warning."""
+    base = (command, "--model", pair[0], *(("--draft", pair[1], "--k", 3, "--threads", 1) if command == "loop" else ()),
+            "--prompt-ids", "3 4 5", "--max-new-tokens", 6, "--json")
+    code, plain, err = run(*base)
+    assert code == 0 and "warning" not in err, err
+    code, seeded, err = run(*base, "--seed", 7)
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(lines) == 1 and "--seed 7 has no effect at --temperature 0" in lines[0] and "--temperature above 0" in lines[0]
+    import json
+
+    assert json.loads(seeded)["tokens"] == json.loads(plain)["tokens"]
+    code, _, err = run(*base, "--seed", 7, "--temperature", 0.5, *(("--no-check",) if command == "loop" else ()))
+    assert code == 0 and "warning" not in err, err
+
+
 def test_loop_check_states_identity_builtin(run):
     code, out, err = run("loop", "--check", "--max-new-tokens", 12, "--rounds")
     assert code == 0, err

@@ -59,6 +59,24 @@ def test_device_node_is_not_replaced(run, pair, device):
     assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
 
 
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+@pytest.mark.parametrize("command", ["synth", "quantize"])
+def test_a_folder_output_in_the_way_asks_for_a_folder(run, pair, tmp_path, kind, command):
+    """synth and quantize write a folder: a link or FIFO at --out is refused asking for a new folder path (it said
+    "not a regular file - give the path of a regular file", a way out that was refused next as "a file")."""
+    out = tmp_path / "out"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        (tmp_path / "real").mkdir()
+        out.symlink_to(tmp_path / "real")
+    argv = ("synth", "--shape", "qwen3.5-0.8b-shrunk", "--format", "int8") if command == "synth" else ("quantize", "--model", pair[0])
+    code, out_text, err = run(*argv, "--out", out)
+    _refused(code, out_text, err, "FIFO" if kind == "fifo" else "symbolic link", "not a folder", "new folder path")
+    assert "regular file" not in err
+    assert not any((tmp_path / "real").iterdir()) if kind == "symlink" else stat.S_ISFIFO(os.lstat(out).st_mode)
+
+
 def test_folder_is_not_replaced(run, pair, tmp_path):
     (tmp_path / "d").mkdir()
     _refused(*_capture(run, pair, tmp_path / "d"), "folder")

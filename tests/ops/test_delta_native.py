@@ -100,7 +100,8 @@ def test_native_heads_on_the_pool_are_one_threads_bitwise(variant, path, n, apar
     """A 0.8B layer's heads (16 of 128 x 128), big enough that the work rule hands them to the pool: 2 and 3
     threads give the bits of 1 and of numba, state and read-out; small calls stay on one thread. A job runs a run
     of contiguous heads (delta.c): 20 heads on 2 threads end in a shorter run (3 a job, the last 2), on 3 in
-    even ones (2 a job); a head run twice or never changes the state."""
+    even ones (2 a job); a head run twice or never changes the state. A head of a run computes with the next one's
+    states prefetched (AVX-512 path), on 128-wide heads in 8 blocks at once: neither may change a bit."""
     from onebit_engine.ops.gated_delta_fast import _heads
 
     from onebit_engine.gemm.host_int.native import DELTA_PATHS

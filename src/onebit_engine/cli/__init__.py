@@ -199,6 +199,11 @@ def _shape_names() -> str:
     return ", ".join(SHAPES)
 
 
+def _sampling_seed(p) -> None:
+    # default None, not 0: a seed given at temperature 0 is said to do nothing (models.sampling_seed)
+    p.add_argument("--seed", type=_seed, default=None, help="sampling seed (used only at --temperature > 0). Default: 0")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="onebit", description="Hybrid-LLM speculative decoding engine (numpy): decode, probe, benchmark, inspect.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
@@ -208,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prompt_args(g)
     _max_new_tokens(g, 32)
     g.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)s")
-    g.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)s")
+    _sampling_seed(g)
     _output_args(g)
     g.set_defaults(func="decode:cmd_generate")
 
@@ -221,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "choice kept for this machine, build, model and draft (and keep the new one)")
     _max_new_tokens(lp, 128)
     lp.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="0 = greedy. Default: %(default)s")
-    lp.add_argument("--seed", type=_seed, default=0, help="sampling seed. Default: %(default)s")
+    _sampling_seed(lp)
     lp.add_argument("--fallback", choices=("none", "break-even"), default="none",
                     help="finish with plain steps once 3 rounds in a row lost to plain decoding. Default: %(default)s")
     lp.add_argument("--replay-check", action="store_true", help="check every commit against the replayed state")

@@ -54,11 +54,12 @@ def cmd_generate(args) -> int:
     from ..loop.generate import generate
     from ..measure.provenance import plain_provenance
 
+    seed = models.sampling_seed(args)
     status = Status(args)
     loaded, prompt = prepare.prepare(args, status, need_draft=False)
     with ui.Bar(args.max_new_tokens, "generate", ui.progress_enabled(args)) as bar:
         target = Counted(loaded.target, "forward", bar) if bar.enabled else loaded.target
-        res = generate(target, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        res = generate(target, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=seed)
     prov = dict(plain_provenance(loaded.target, temperature=args.temperature), model_hash=loaded.model_hash, model_path=str(loaded.target_path))
     why = untimed(res, args.max_new_tokens)
     rate = None if why is not None else res.tokens_per_s

@@ -38,6 +38,7 @@ def cmd_loop(args) -> int:
         if args.k is not None:
             models.check_k(args.k, block)
         models.check_stages(args.verify_stages, args.k, block)
+    seed = models.sampling_seed(args)
     status = Status(args)
     loaded, prompt = prepare.prepare(args, status, need_draft=True)
     # Plain decoding at its fastest: one row, no padding. A backend that pads needs a row set 1 target.
@@ -57,7 +58,7 @@ def cmd_loop(args) -> int:
         draft = Counted(loaded.draft, "propose", bar) if bar.enabled else loaded.draft
         res = speculative_generate(
             loaded.target, draft, prompt, max_new_tokens=args.max_new_tokens, k=plan.k, temperature=args.temperature,
-            fallback=fallback, commit_path=args.commit_path, replay_check=args.replay_check, seed=args.seed,
+            fallback=fallback, commit_path=args.commit_path, replay_check=args.replay_check, seed=seed,
             lazy_logits=lazy_logits(loaded.target), stages=stages,
         )
     # the run's provenance, read right after it (the backends' event counts are the loop's, not the check's)

@@ -174,6 +174,19 @@ def load(args, *, need_draft: bool, row_set: int | None = None, backend: str | N
                   load_tokenizer(tok_path or tpath / "tokenizer.json"), source)
 
 
+def sampling_seed(args) -> int:
+    """--seed of ``generate`` / ``loop``: 0 when not given. Greedy decoding draws no random number, so a seed given at
+    --temperature 0 would change nothing; the run goes on (the output is still the right one) and says so."""
+    if args.seed is None:
+        return 0
+    if args.temperature == 0:
+        from . import ui
+
+        ui.warning(f"--seed {args.seed} has no effect at --temperature 0: greedy decoding draws no random number; "
+                   f"give --temperature above 0 to sample, or drop --seed")
+    return args.seed
+
+
 def check_stages(stages, k: int | None, block: int | None = None) -> None:
     """--verify-stages S: a first pass of more than k+1 rows would be one pass, so it is refused, not clamped
     without a word. With k open (None), the bound is the draft's largest verify, ``block`` rows (the loop

@@ -31,7 +31,7 @@ static inline __attribute__((always_inline)) TARGET void ROW0(const delta_head_t
  * fill it, and one broadcast of k[i], q[i] serves them all. Each column's operations and their order are those of
  * one block. */
 static inline __attribute__((always_inline)) TARGET void BLOCK(const delta_head_t *J, int64_t j0, const float *mem0,
-                                                                const int nb) {
+                                                                const int nb, pf_t *pf) {
     const int64_t n = J->n, dk = J->dk, dv = J->dv;
     float *S = J->S + j0;
     VEC mem[NB_MAX], ot[NB_MAX], nxt[NB_MAX];
@@ -48,6 +48,7 @@ static inline __attribute__((always_inline)) TARGET void BLOCK(const delta_head_
         if (t + 1 == n) { /* the last row: 4. write, 5. read-out */
             for (int64_t i = 0; i < dk; i++) {
                 const VEC ki = SET1(kt[i]), qi = SET1(qt[i]);
+                pf_step(pf);
 #pragma GCC unroll 8
                 for (int b = 0; b < nb; b++) {
                     VEC s = ADD(LD(S + i * dv + b * W), MUL(ki, mem[b]));
@@ -62,6 +63,7 @@ static inline __attribute__((always_inline)) TARGET void BLOCK(const delta_head_
             for (int b = 0; b < nb; b++) nxt[b] = ZERO();
             for (int64_t i = 0; i < dk; i++) {
                 const VEC ki = SET1(kt[i]), qi = SET1(qt[i]), k2i = SET1(k2[i]);
+                pf_step(pf);
 #pragma GCC unroll 8
                 for (int b = 0; b < nb; b++) {
                     VEC s = ADD(LD(S + i * dv + b * W), MUL(ki, mem[b])); /* 4. write (row t) */
